@@ -1,0 +1,26 @@
+//! Records the Burn version from Cargo.lock and the git revision of the build for provenance.
+
+fn main() {
+    println!("cargo:rerun-if-changed=Cargo.lock");
+    println!("cargo:rerun-if-changed=.git/HEAD");
+    let lock = std::fs::read_to_string("Cargo.lock").unwrap_or_default();
+    let mut burn = "unknown".to_string();
+    let mut lines = lock.lines();
+    while let Some(line) = lines.next() {
+        if line == "name = \"burn\"" {
+            if let Some(v) = lines.next().and_then(|l| l.strip_prefix("version = \"")) {
+                burn = v.trim_end_matches('"').to_string();
+            }
+            break;
+        }
+    }
+    println!("cargo:rustc-env=SINKLAB_BURN_VERSION={burn}");
+    let rev = std::process::Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|| "unknown".into());
+    println!("cargo:rustc-env=SINKLAB_BUILD_GIT={rev}");
+}

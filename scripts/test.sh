@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The test suite: the command README.md names and .ci/run executes.
+#   bash scripts/test.sh          # everything: Rust tests (flex) + the wgpu smoke test
+#   bash scripts/test.sh --quick  # skip the wgpu build and smoke test
+set -euo pipefail
+cd "$(dirname "$0")/.."
+quick=0
+[ "${1:-}" = "--quick" ] && quick=1
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/sinklab-target}"
+
+bash scripts/setup_python.sh
+export SINKLAB_PYTHON="${SINKLAB_PYTHON:-${SINKLAB_VENV:-$HOME/.cache/sinklab-venv}/bin/python}"
+
+cargo fmt --all -- --check
+cargo build --release --locked
+cargo test --release --locked
+
+if [ "$quick" = 0 ]; then
+  bash scripts/wgpu_smoke.sh
+fi

@@ -1,0 +1,113 @@
+//! Run-time backend selection and run provenance.
+//!
+//! Backends are cargo features (`flex` default, `wgpu`, `cuda`); the device is chosen at run
+//! time from `[run] device` or `--device`. Asking for a backend that was not compiled in is an
+//! error naming the feature to enable: there is no silent fallback to the CPU.
+
+use crate::config::DeviceKind;
+use anyhow::{Result, bail};
+use burn::tensor::Device;
+use serde::Serialize;
+
+/// Cargo features compiled into this binary.
+pub fn compiled_features() -> Vec<&'static str> {
+    let mut f = Vec::new();
+    if cfg!(feature = "flex") {
+        f.push("flex");
+    }
+    if cfg!(feature = "wgpu") {
+        f.push("wgpu");
+    }
+    if cfg!(feature = "cuda") {
+        f.push("cuda");
+    }
+    f
+}
+
+/// The (non-autodiff) device for a backend kind.
+pub fn device(kind: DeviceKind) -> Result<Device> {
+    let missing = |feature: &str| -> Result<Device> {
+        bail!(
+            "device `{feature}` was requested but this sinklab binary was built without the `{feature}` \
+             cargo feature (compiled in: [{}]); rebuild with `cargo build --release --features {feature}`",
+            compiled_features().join(", ")
+        )
+    };
+    match kind {
+        DeviceKind::Flex => {
+            #[cfg(feature = "flex")]
+            return Ok(Device::flex());
+            #[cfg(not(feature = "flex"))]
+            return missing("flex");
+        }
+        DeviceKind::Wgpu => {
+            #[cfg(feature = "wgpu")]
+            return Ok(Device::wgpu(burn::tensor::DeviceKind::DefaultDevice));
+            #[cfg(not(feature = "wgpu"))]
+            return missing("wgpu");
+        }
+        DeviceKind::Cuda => {
+            #[cfg(feature = "cuda")]
+            return Ok(Device::cuda(0usize));
+            #[cfg(not(feature = "cuda"))]
+            return missing("cuda");
+        }
+    }
+}
+
+/// Where a run came from: written to `provenance.json` before step 0.
+#[derive(Debug, Serialize)]
+pub struct Provenance {
+    pub sinklab_version: &'static str,
+    pub burn_version: &'static str,
+    pub git_revision: Option<String>,
+    pub git_dirty: Option<bool>,
+    pub build_git_revision: &'static str,
+    pub features: Vec<&'static str>,
+    pub device: String,
+    pub seed: u64,
+    pub argv: Vec<String>,
+    pub cwd: String,
+    pub hostname: String,
+    pub started_unix: u64,
+    pub resumed_from_step: Option<u64>,
+}
+
+fn git(args: &[&str]) -> Option<String> {
+    let out = std::process::Command::new("git").args(args).output().ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+impl Provenance {
+    pub fn collect(device: DeviceKind, seed: u64, resumed_from_step: Option<u64>) -> Self {
+        let revision = git(&["rev-parse", "HEAD"]);
+        let dirty = revision
+            .as_ref()
+            .and_then(|_| git(&["status", "--porcelain", "--untracked-files=no"]))
+            .map(|s| !s.is_empty());
+        Self {
+            sinklab_version: env!("CARGO_PKG_VERSION"),
+            burn_version: env!("SINKLAB_BURN_VERSION"),
+            git_revision: revision,
+            git_dirty: dirty,
+            build_git_revision: env!("SINKLAB_BUILD_GIT"),
+            features: compiled_features(),
+            device: device.name().to_string(),
+            seed,
+            argv: std::env::args().collect(),
+            cwd: std::env::current_dir()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default(),
+            hostname: std::fs::read_to_string("/etc/hostname")
+                .map(|s| s.trim().to_string())
+                .unwrap_or_default(),
+            started_unix: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0),
+            resumed_from_step,
+        }
+    }
+}

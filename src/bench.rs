@@ -1,0 +1,152 @@
+//! `sinklab bench`: training throughput of an experiment's model on random tokens, timed the
+//! same way as `scripts/bench_torch.py` (warmup steps untimed, then rounds of full optimizer
+//! steps — forward, backward, global-norm clip, AdamW, loss read back — each round timed).
+//!
+//! Model FLOPs per token: `6·N + 12·L·T·d` (N non-embedding parameters, the head included; the
+//! second term is attention's q·k and A·v, forward and backward). MFU divides achieved FLOP/s by
+//! the machine's fp32 peak, estimated as cores × clock × FLOPs/cycle (32 with AVX2+FMA, 64 with
+//! AVX-512) unless `--peak-gflops` is given.
+
+use crate::backend;
+use crate::config::Experiment;
+use crate::data::Batch;
+use crate::model::{self, Lm};
+use crate::optim::{AdamW, GradAccumulator};
+use crate::train::batch_tensors;
+use anyhow::Result;
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+use std::time::Instant;
+
+#[derive(Debug, Serialize)]
+pub struct BenchResult {
+    pub device: String,
+    pub params: usize,
+    pub non_embedding_params: usize,
+    pub batch: usize,
+    pub ctx: usize,
+    pub steps_per_round: usize,
+    pub rounds_tokens_per_s: Vec<f64>,
+    pub median_tokens_per_s: f64,
+    pub flops_per_token: f64,
+    pub achieved_gflops: f64,
+    pub peak_gflops: f64,
+    pub peak_source: String,
+    pub mfu: f64,
+    pub peak_rss_mib: f64,
+    pub threads: usize,
+}
+
+/// Estimate the machine's fp32 peak in GFLOP/s from /proc/cpuinfo.
+pub fn cpu_peak_gflops() -> (f64, String) {
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mhz = info
+        .lines()
+        .find(|l| l.starts_with("cpu MHz"))
+        .and_then(|l| l.split(':').nth(1))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .unwrap_or(2000.0);
+    let flags = info.lines().find(|l| l.starts_with("flags")).unwrap_or("");
+    let per_cycle = if flags.contains(" avx512f") {
+        64.0
+    } else if flags.contains(" fma") && flags.contains(" avx2") {
+        32.0
+    } else {
+        8.0
+    };
+    let gflops = cores as f64 * mhz / 1000.0 * per_cycle;
+    (
+        gflops,
+        format!("{cores} cores × {mhz:.0} MHz × {per_cycle} FLOP/cycle (from /proc/cpuinfo)"),
+    )
+}
+
+fn peak_rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse::<f64>().ok())
+        })
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
+/// Benchmark training steps of `exp`'s model with `vocab` tokens.
+pub fn run(
+    exp: &Experiment,
+    vocab: usize,
+    warmup: usize,
+    steps: usize,
+    rounds: usize,
+    peak: Option<f64>,
+) -> Result<BenchResult> {
+    let device = backend::device(exp.run.device)?.autodiff();
+    let mut model = Lm::new(&exp.model, vocab, exp.run.seed, &device);
+    let mut adam = AdamW::new(&exp.optim);
+    let (b, t) = (exp.train.micro_batch, exp.model.ctx);
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
+    let batch = Batch {
+        batch: b,
+        len: t,
+        inputs: (0..b * t).map(|_| rng.gen_range(2..vocab as u32)).collect(),
+        targets: (0..b * t).map(|_| rng.gen_range(2..vocab as u32)).collect(),
+        loss_mask: vec![1.0; b * t],
+        domains: vec![0; b],
+    };
+    let mut step = |model: Lm| -> (Lm, f64) {
+        let (x, y, m) = batch_tensors(&batch, &device);
+        let loss = model::masked_nll(model.forward(x), y, m, (b * t) as f64);
+        let g = loss.backward();
+        let mut acc = GradAccumulator::default();
+        acc.add(&model, &g);
+        let l = loss.into_scalar::<f32>() as f64;
+        let norm = acc.global_norm();
+        let scale = match exp.optim.grad_clip {
+            Some(c) if norm > c => c / (norm + 1e-6),
+            _ => 1.0,
+        };
+        (adam.step(model, &acc, exp.optim.lr, scale), l)
+    };
+    for _ in 0..warmup {
+        model = step(model).0;
+    }
+    let mut tps = Vec::new();
+    for _ in 0..rounds {
+        let t0 = Instant::now();
+        for _ in 0..steps {
+            model = step(model).0;
+        }
+        tps.push((b * t * steps) as f64 / t0.elapsed().as_secs_f64());
+    }
+    let mut sorted = tps.clone();
+    sorted.sort_by(|a, b| a.partial_cmp(b).expect("finite"));
+    let median = sorted[sorted.len() / 2];
+    let n = model::non_embedding_params(&model);
+    let m = &exp.model;
+    let flops_per_token = 6.0 * n as f64 + 12.0 * (m.n_layers * t * m.d_model) as f64;
+    let achieved = median * flops_per_token / 1e9;
+    let (peak_gflops, peak_source) = match peak {
+        Some(p) => (p, "--peak-gflops".to_string()),
+        None => cpu_peak_gflops(),
+    };
+    Ok(BenchResult {
+        device: exp.run.device.name().into(),
+        params: model::count_params(&model),
+        non_embedding_params: n,
+        batch: b,
+        ctx: t,
+        steps_per_round: steps,
+        rounds_tokens_per_s: tps,
+        median_tokens_per_s: median,
+        flops_per_token,
+        achieved_gflops: achieved,
+        peak_gflops,
+        peak_source,
+        mfu: achieved / peak_gflops,
+        peak_rss_mib: peak_rss_mib(),
+        threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+    })
+}

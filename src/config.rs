@@ -1,0 +1,1265 @@
+//! Experiment files: a strict, typed TOML schema.
+//!
+//! An experiment file is plain data. It may name a `base = "other.toml"` (resolved relative to
+//! the file) that it deep-merges over; `--set a.b.c=value` overrides are applied last. Tables
+//! that carry a `kind` key (the tagged enums below) are replaced wholesale when an override
+//! changes the `kind`, so that switching a variant never inherits the old variant's fields.
+//!
+//! Parsing never stops at the first problem: [`load`] collects every unknown key, wrong type,
+//! out-of-range value and impossible combination, each with the file, the TOML path, what was
+//! found and what would be valid ([`ConfigErrors`]). Nothing falls back to a default silently:
+//! defaults exist only for keys that are absent, and `resolved.toml` in every run directory
+//! records the full resolved configuration.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// One experiment, fully resolved.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Experiment {
+    #[serde(default)]
+    pub run: RunConfig,
+    #[serde(default)]
+    pub data: DataConfig,
+    #[serde(default)]
+    pub model: ModelConfig,
+    #[serde(default)]
+    pub optim: OptimConfig,
+    #[serde(default)]
+    pub train: TrainConfig,
+    #[serde(default)]
+    pub metrics: MetricsConfig,
+}
+
+/// `[run]`: identity and placement of a run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunConfig {
+    /// Run name; the run directory is `out_dir/name`.
+    #[serde(default = "default_name")]
+    pub name: String,
+    /// Parent directory of run directories (relative to the current directory).
+    #[serde(default = "default_out_dir")]
+    pub out_dir: PathBuf,
+    /// Seed for parameter init, data sampling and probe selection.
+    #[serde(default)]
+    pub seed: u64,
+    /// Backend device: `flex` (CPU), `wgpu`, `cuda` (each needs its cargo feature).
+    #[serde(default)]
+    pub device: DeviceKind,
+}
+
+fn default_name() -> String {
+    "run".into()
+}
+fn default_out_dir() -> PathBuf {
+    "runs".into()
+}
+
+impl Default for RunConfig {
+    fn default() -> Self {
+        Self {
+            name: default_name(),
+            out_dir: default_out_dir(),
+            seed: 0,
+            device: DeviceKind::default(),
+        }
+    }
+}
+
+/// Which Burn backend runs the work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeviceKind {
+    /// Burn `flex`: pure-Rust CPU backend (cargo feature `flex`, the default).
+    #[default]
+    Flex,
+    /// Burn `wgpu` (cargo feature `wgpu`): any Vulkan/Metal/DX12 device, including Mesa's
+    /// software Vulkan (lavapipe).
+    Wgpu,
+    /// Burn `cuda` (cargo feature `cuda`): NVIDIA GPUs.
+    Cuda,
+}
+
+impl DeviceKind {
+    pub const ALL: [&'static str; 3] = ["flex", "wgpu", "cuda"];
+    pub fn name(self) -> &'static str {
+        match self {
+            DeviceKind::Flex => "flex",
+            DeviceKind::Wgpu => "wgpu",
+            DeviceKind::Cuda => "cuda",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "flex" => Some(Self::Flex),
+            "wgpu" => Some(Self::Wgpu),
+            "cuda" => Some(Self::Cuda),
+            _ => None,
+        }
+    }
+}
+
+/// `[data]`: corpus, tokenizer and the data-distribution controls of Gu et al. (ICLR 2025).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DataConfig {
+    /// `"embedded"` (the corpus compiled into sinklab, `datasets/embedded`) or a path to a corpus
+    /// directory with a `manifest.json` (see `datasets/README.md`), relative to the current
+    /// directory.
+    #[serde(default = "default_corpus")]
+    pub corpus: String,
+    #[serde(default)]
+    pub tokenizer: TokenizerConfig,
+    /// Prepend a BOS token to every training and probe sequence.
+    #[serde(default)]
+    pub bos: bool,
+    /// Fraction of every domain's token stream (its tail) held out for validation.
+    #[serde(default = "default_val_fraction")]
+    pub val_fraction: f64,
+    /// Use only the first `token_budget` training tokens (split over domains by the mixture
+    /// weights), so that data repeats. Absent: the whole training split.
+    #[serde(default)]
+    pub token_budget: Option<u64>,
+    /// Sampling weight per domain (non-negative, need not sum to 1). Absent: every domain with
+    /// weight proportional to its size. Domains not named get weight 0.
+    #[serde(default)]
+    pub mixture: Option<std::collections::BTreeMap<String, f64>>,
+    /// Replace the tokens at these 1-based positions of every training sequence by uniformly
+    /// random (non-special) tokens; the loss on predicting them is ignored.
+    #[serde(default)]
+    pub random_tokens: Vec<usize>,
+    /// Put a fixed token at a 1-based position of every training sequence.
+    #[serde(default)]
+    pub fixed_token: Option<FixedToken>,
+    /// Where prepared token shards are cached (keyed by a hash of what determines them).
+    #[serde(default = "default_cache_dir")]
+    pub cache_dir: PathBuf,
+}
+
+fn default_corpus() -> String {
+    "embedded".into()
+}
+fn default_val_fraction() -> f64 {
+    0.05
+}
+fn default_cache_dir() -> PathBuf {
+    "runs/_cache".into()
+}
+
+impl Default for DataConfig {
+    fn default() -> Self {
+        Self {
+            corpus: default_corpus(),
+            tokenizer: TokenizerConfig::default(),
+            bos: false,
+            val_fraction: default_val_fraction(),
+            token_budget: None,
+            mixture: None,
+            random_tokens: vec![],
+            fixed_token: None,
+            cache_dir: default_cache_dir(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FixedToken {
+    /// 1-based position in the sequence (position 1 is the BOS slot when `bos = true`).
+    pub position: usize,
+    /// Token id placed there.
+    pub token: u32,
+}
+
+/// Tokenizer choice. Special tokens `<|bos|>` and `<|endoftext|>` are always added.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum TokenizerConfig {
+    /// Raw UTF-8 bytes: 256 ids plus the 2 special tokens (vocabulary 258).
+    Byte {},
+    /// Byte-level BPE trained on the training split with the `tokenizers` crate.
+    Bpe { vocab_size: usize },
+}
+
+impl Default for TokenizerConfig {
+    fn default() -> Self {
+        TokenizerConfig::Bpe { vocab_size: 2048 }
+    }
+}
+
+/// `[model]`: the causal LM.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelConfig {
+    #[serde(default = "default_d_model")]
+    pub d_model: usize,
+    #[serde(default = "default_n_layers")]
+    pub n_layers: usize,
+    #[serde(default = "default_n_heads")]
+    pub n_heads: usize,
+    /// Hidden width of the feed-forward network.
+    #[serde(default = "default_d_ff")]
+    pub d_ff: usize,
+    /// Training context length (tokens per sequence, BOS included).
+    #[serde(default = "default_ctx")]
+    pub ctx: usize,
+    #[serde(default)]
+    pub norm: NormConfig,
+    #[serde(default)]
+    pub ffn: FfnConfig,
+    #[serde(default)]
+    pub positions: PositionsConfig,
+    #[serde(default)]
+    pub attention: AttentionImpl,
+    /// Std of the normal init of every matrix. Absent: `sqrt(2 / (5 d_model))`.
+    #[serde(default)]
+    pub init_std: Option<f64>,
+}
+
+fn default_d_model() -> usize {
+    128
+}
+fn default_n_layers() -> usize {
+    4
+}
+fn default_n_heads() -> usize {
+    4
+}
+fn default_d_ff() -> usize {
+    384
+}
+fn default_ctx() -> usize {
+    128
+}
+
+impl Default for ModelConfig {
+    fn default() -> Self {
+        Self {
+            d_model: default_d_model(),
+            n_layers: default_n_layers(),
+            n_heads: default_n_heads(),
+            d_ff: default_d_ff(),
+            ctx: default_ctx(),
+            norm: NormConfig::default(),
+            ffn: FfnConfig::default(),
+            positions: PositionsConfig::default(),
+            attention: AttentionImpl::default(),
+            init_std: None,
+        }
+    }
+}
+
+impl ModelConfig {
+    pub fn d_head(&self) -> usize {
+        self.d_model / self.n_heads
+    }
+    pub fn resolved_init_std(&self) -> f64 {
+        self.init_std
+            .unwrap_or_else(|| (2.0 / (5.0 * self.d_model as f64)).sqrt())
+    }
+}
+
+/// Normalisation layer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum NormConfig {
+    /// `x / sqrt(mean(x²) + eps) · g`.
+    RmsNorm { eps: f64 },
+}
+
+impl Default for NormConfig {
+    fn default() -> Self {
+        NormConfig::RmsNorm { eps: 1e-5 }
+    }
+}
+
+/// Feed-forward network.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum FfnConfig {
+    /// `W_down(silu(W_gate x) ⊙ W_up x)`.
+    Swiglu {},
+}
+
+impl Default for FfnConfig {
+    fn default() -> Self {
+        FfnConfig::Swiglu {}
+    }
+}
+
+/// Position information.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum PositionsConfig {
+    /// No position information (causal masking alone).
+    Nope {},
+    /// Rotary embeddings on q and k, NeoX/HF "rotate halves" pair convention: dimension i is
+    /// paired with i + d_head/2 (Burn's `RotaryEncoding` pairs adjacent dimensions instead).
+    Rope { base: f64 },
+}
+
+impl Default for PositionsConfig {
+    fn default() -> Self {
+        PositionsConfig::Rope { base: 10000.0 }
+    }
+}
+
+/// How attention is computed when attention weights are not needed (training, eval loss).
+/// The probe path (metrics) always materialises the weights with the hand-written code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttentionImpl {
+    /// Hand-written: scores, `-inf` causal mask, softmax, weighted sum.
+    #[default]
+    Manual,
+    /// Burn's functional `attention` (causal flag; backends may fuse it). Same maths.
+    Fused,
+}
+
+/// `[optim]`: AdamW with decoupled weight decay, LR schedule and global-norm clipping.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OptimConfig {
+    /// Peak learning rate.
+    #[serde(default = "default_lr")]
+    pub lr: f64,
+    #[serde(default = "default_betas")]
+    pub betas: [f64; 2],
+    #[serde(default = "default_adam_eps")]
+    pub eps: f64,
+    #[serde(default = "default_wd")]
+    pub weight_decay: f64,
+    /// Which parameters weight decay touches.
+    #[serde(default)]
+    pub decay: DecayPolicy,
+    /// Global-norm clipping threshold (over all gradients together). Absent: no clipping.
+    #[serde(default = "default_clip")]
+    pub grad_clip: Option<f64>,
+    #[serde(default)]
+    pub schedule: ScheduleConfig,
+}
+
+fn default_lr() -> f64 {
+    3e-3
+}
+fn default_betas() -> [f64; 2] {
+    [0.9, 0.95]
+}
+fn default_adam_eps() -> f64 {
+    1e-8
+}
+fn default_wd() -> f64 {
+    0.1
+}
+fn default_clip() -> Option<f64> {
+    Some(1.0)
+}
+
+impl Default for OptimConfig {
+    fn default() -> Self {
+        Self {
+            lr: default_lr(),
+            betas: default_betas(),
+            eps: default_adam_eps(),
+            weight_decay: default_wd(),
+            decay: DecayPolicy::default(),
+            grad_clip: default_clip(),
+            schedule: ScheduleConfig::default(),
+        }
+    }
+}
+
+/// Weight-decay policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DecayPolicy {
+    /// Decay every parameter, norms included (Gu et al.'s code).
+    All,
+    /// Decay only weight matrices of linear layers (not norms, gains, biases, embeddings or sink
+    /// parameters), as in the SAS code.
+    #[default]
+    MatricesOnly,
+}
+
+/// Learning-rate schedule. `warmup` is a number of steps of linear warmup from 0.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ScheduleConfig {
+    /// Warmup, then constant `lr` (Gu et al.'s "cosine" with min_lr = lr is this).
+    Constant { warmup: u64 },
+    /// Warmup, then cosine decay from `lr` to `min_lr` at the last step.
+    WarmupCosine { warmup: u64, min_lr: f64 },
+    /// Warmup, then linear decay from `lr` to `min_lr` at the last step.
+    WarmupLinear { warmup: u64, min_lr: f64 },
+}
+
+impl Default for ScheduleConfig {
+    fn default() -> Self {
+        ScheduleConfig::WarmupCosine {
+            warmup: 100,
+            min_lr: 3e-4,
+        }
+    }
+}
+
+/// `[train]`: the loop.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrainConfig {
+    /// Optimizer steps.
+    #[serde(default = "default_steps")]
+    pub steps: u64,
+    /// Tokens per optimizer step (a multiple of `micro_batch × ctx`).
+    #[serde(default = "default_batch_tokens")]
+    pub batch_tokens: usize,
+    /// Sequences per forward/backward pass; gradients are accumulated over
+    /// `batch_tokens / (micro_batch × ctx)` passes.
+    #[serde(default = "default_micro_batch")]
+    pub micro_batch: usize,
+    /// Validation loss every N steps (and at the last step).
+    #[serde(default = "default_eval_every")]
+    pub eval_every: u64,
+    /// Sequences of length ctx used for the validation loss.
+    #[serde(default = "default_eval_sequences")]
+    pub eval_sequences: usize,
+    /// Checkpoint every N steps (and at the last step).
+    #[serde(default = "default_ckpt_every")]
+    pub checkpoint_every: u64,
+    /// Keep only the newest K checkpoints.
+    #[serde(default = "default_keep")]
+    pub keep_checkpoints: usize,
+    /// Write training scalars every N steps.
+    #[serde(default = "default_log_every")]
+    pub log_every: u64,
+}
+
+fn default_steps() -> u64 {
+    1000
+}
+fn default_batch_tokens() -> usize {
+    2048
+}
+fn default_micro_batch() -> usize {
+    16
+}
+fn default_eval_every() -> u64 {
+    100
+}
+fn default_eval_sequences() -> usize {
+    64
+}
+fn default_ckpt_every() -> u64 {
+    250
+}
+fn default_keep() -> usize {
+    3
+}
+fn default_log_every() -> u64 {
+    10
+}
+
+impl Default for TrainConfig {
+    fn default() -> Self {
+        Self {
+            steps: default_steps(),
+            batch_tokens: default_batch_tokens(),
+            micro_batch: default_micro_batch(),
+            eval_every: default_eval_every(),
+            eval_sequences: default_eval_sequences(),
+            checkpoint_every: default_ckpt_every(),
+            keep_checkpoints: default_keep(),
+            log_every: default_log_every(),
+        }
+    }
+}
+
+/// `[metrics]`: sink metrics on a fixed probe set (Gu et al. §3: T = 64, 100 sequences).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// Compute the probe metrics every N steps (and at step 0 and the last step).
+    #[serde(default = "default_metrics_every")]
+    pub every: u64,
+    /// Probe sequences drawn from the validation split.
+    #[serde(default = "default_probe_sequences")]
+    pub probe_sequences: usize,
+    /// Probe sequence length T (BOS included when the run uses BOS).
+    #[serde(default = "default_probe_len")]
+    pub probe_len: usize,
+    /// Thresholds ε of Sink_k^ε.
+    #[serde(default = "default_eps_grid")]
+    pub eps: Vec<f64>,
+    /// Report Sink_k for k = 1..=k_max.
+    #[serde(default = "default_k_max")]
+    pub k_max: usize,
+}
+
+fn default_metrics_every() -> u64 {
+    50
+}
+fn default_probe_sequences() -> usize {
+    100
+}
+fn default_probe_len() -> usize {
+    64
+}
+fn default_eps_grid() -> Vec<f64> {
+    vec![0.2, 0.3, 0.4, 0.5, 0.8]
+}
+fn default_k_max() -> usize {
+    10
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        Self {
+            every: default_metrics_every(),
+            probe_sequences: default_probe_sequences(),
+            probe_len: default_probe_len(),
+            eps: default_eps_grid(),
+            k_max: default_k_max(),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Errors
+// ---------------------------------------------------------------------------------------------
+
+/// One problem in an experiment file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConfigError {
+    pub file: String,
+    /// Dotted TOML path, e.g. `model.n_heads`.
+    pub path: String,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.path.is_empty() {
+            write!(f, "{}: {}", self.file, self.message)
+        } else {
+            write!(f, "{}: `{}`: {}", self.file, self.path, self.message)
+        }
+    }
+}
+
+/// Every problem found in one or more files.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ConfigErrors(pub Vec<ConfigError>);
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.0.len();
+        writeln!(
+            f,
+            "{n} error{} in experiment configuration:",
+            if n == 1 { "" } else { "s" }
+        )?;
+        for e in &self.0 {
+            writeln!(f, "  - {e}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigErrors {}
+
+// ---------------------------------------------------------------------------------------------
+// Loading: base inheritance, deep merge, overrides
+// ---------------------------------------------------------------------------------------------
+
+/// Read a file and its `base` chain into one merged TOML table.
+fn load_merged(path: &Path, chain: &mut Vec<PathBuf>) -> Result<toml::Table, ConfigError> {
+    let file = path.display().to_string();
+    let err = |path: &str, message: String| ConfigError {
+        file: file.clone(),
+        path: path.into(),
+        message,
+    };
+    let canonical = path
+        .canonicalize()
+        .map_err(|e| err("", format!("cannot read file: {e}")))?;
+    if chain.contains(&canonical) {
+        return Err(err(
+            "base",
+            "inheritance cycle: this file is its own base".into(),
+        ));
+    }
+    chain.push(canonical);
+    let text =
+        std::fs::read_to_string(path).map_err(|e| err("", format!("cannot read file: {e}")))?;
+    let mut table: toml::Table = toml::from_str(&text)
+        .map_err(|e| err("", format!("not valid TOML: {}", e.message().trim())))?;
+    match table.remove("base") {
+        None => Ok(table),
+        Some(toml::Value::String(base)) => {
+            let base_path = path.parent().unwrap_or(Path::new(".")).join(&base);
+            let mut merged = load_merged(&base_path, chain).map_err(|mut e| {
+                if e.path.is_empty() && e.message.starts_with("cannot read") {
+                    e = err(
+                        "base",
+                        format!("base file `{}`: {}", base_path.display(), e.message),
+                    );
+                }
+                e
+            })?;
+            deep_merge(&mut merged, table);
+            Ok(merged)
+        }
+        Some(other) => Err(err(
+            "base",
+            format!(
+                "found {} `{other}`, expected a string: the path of a base experiment file",
+                other.type_str()
+            ),
+        )),
+    }
+}
+
+/// Merge `over` into `base`: tables merge key by key, anything else is replaced. A table whose
+/// `kind` differs from the base table's `kind` replaces it wholesale.
+pub fn deep_merge(base: &mut toml::Table, over: toml::Table) {
+    for (key, value) in over {
+        match (base.get_mut(&key), value) {
+            (Some(toml::Value::Table(b)), toml::Value::Table(o)) => {
+                let kind_changed = o.get("kind").is_some() && o.get("kind") != b.get("kind");
+                if kind_changed {
+                    *b = o;
+                } else {
+                    deep_merge(b, o);
+                }
+            }
+            (_, value) => {
+                base.insert(key, value);
+            }
+        }
+    }
+}
+
+/// Apply one `a.b.c=value` override. The value is parsed as a TOML value (`3e-4`, `true`,
+/// `[1, 2]`, `{ kind = "nope" }`); anything that is not valid TOML is taken as a string.
+pub fn apply_override(table: &mut toml::Table, assignment: &str) -> Result<(), String> {
+    let (key, raw) = assignment
+        .split_once('=')
+        .ok_or_else(|| format!("--set `{assignment}`: expected KEY=VALUE, e.g. optim.lr=1e-3"))?;
+    let key = key.trim();
+    let raw = raw.trim();
+    if key.is_empty() || key.split('.').any(str::is_empty) {
+        return Err(format!(
+            "--set `{assignment}`: empty key segment in `{key}`"
+        ));
+    }
+    let value = match toml::from_str::<toml::Table>(&format!("v = {raw}")) {
+        Ok(mut t) => t.remove("v").expect("parsed key"),
+        Err(_) => toml::Value::String(raw.to_string()),
+    };
+    let segments: Vec<&str> = key.split('.').collect();
+    let mut over = toml::Table::new();
+    let mut cursor = &mut over;
+    for seg in &segments[..segments.len() - 1] {
+        cursor = cursor
+            .entry(seg.to_string())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()))
+            .as_table_mut()
+            .expect("fresh table");
+    }
+    cursor.insert(segments[segments.len() - 1].to_string(), value);
+    deep_merge(table, over);
+    Ok(())
+}
+
+/// Remove the value at a serde path from a table; returns false when the path does not exist.
+fn remove_at(table: &mut toml::Table, path: &[String]) -> bool {
+    let Some((last, init)) = path.split_last() else {
+        return false;
+    };
+    let mut cursor = table;
+    for seg in init {
+        match cursor.get_mut(seg) {
+            Some(toml::Value::Table(t)) => cursor = t,
+            _ => return false,
+        }
+    }
+    cursor.remove(last).is_some()
+}
+
+fn path_segments(path: &serde_path_to_error::Path) -> Vec<String> {
+    use serde_path_to_error::Segment;
+    path.iter()
+        .filter_map(|seg| match seg {
+            Segment::Map { key } => Some(key.clone()),
+            Segment::Seq { index } => Some(index.to_string()),
+            Segment::Enum { .. } | Segment::Unknown => None,
+        })
+        .collect()
+}
+
+/// Rewrite serde's messages in the terms a user of the file needs.
+fn explain(message: &str) -> String {
+    let m = message.trim();
+    if let Some(rest) = m.strip_prefix("unknown variant ") {
+        return format!("unknown choice {rest}");
+    }
+    if let Some(rest) = m.strip_prefix("invalid type: ") {
+        return format!("wrong type: {rest}");
+    }
+    m.to_string()
+}
+
+/// Deserialize a merged table, collecting every structural error: unknown keys, wrong types,
+/// unknown enum choices. Each failing key is removed and deserialization retried, so one
+/// mistake does not hide the next.
+fn deserialize_all(file: &str, mut table: toml::Table) -> Result<Experiment, ConfigErrors> {
+    let mut errors = Vec::new();
+    let mut removed: Vec<String> = Vec::new();
+    for _ in 0..256 {
+        let value = toml::Value::Table(table.clone());
+        match serde_path_to_error::deserialize::<_, Experiment>(value) {
+            Ok(exp) => {
+                return if errors.is_empty() {
+                    Ok(exp)
+                } else {
+                    Err(ConfigErrors(errors))
+                };
+            }
+            Err(e) => {
+                let mut segs = path_segments(e.path());
+                let full_msg = e.inner().to_string();
+                let msg = full_msg.lines().next().unwrap_or_default().to_string();
+                // serde reports an unknown field at the parent's path; name the field itself.
+                if let Some(field) = msg
+                    .strip_prefix("unknown field `")
+                    .and_then(|r| r.split('`').next())
+                {
+                    if segs.last().map(String::as_str) != Some(field) {
+                        segs.push(field.to_string());
+                    }
+                    let valid = msg
+                        .split_once(", expected ")
+                        .map(|(_, v)| v.to_string())
+                        .unwrap_or_default();
+                    errors.push(ConfigError {
+                        file: file.into(),
+                        path: segs.join("."),
+                        message: format!("unknown key; valid keys here: {valid}"),
+                    });
+                } else if let Some(field) = msg
+                    .strip_prefix("missing field `")
+                    .and_then(|r| r.split('`').next())
+                {
+                    let mut full = segs.clone();
+                    full.push(field.to_string());
+                    // A required field that was removed because of an earlier error is not a
+                    // second mistake. Either way, drop the incomplete table and go on.
+                    if !removed.contains(&full.join(".")) {
+                        errors.push(ConfigError {
+                            file: file.into(),
+                            path: full.join("."),
+                            message: "missing required key".into(),
+                        });
+                    }
+                } else {
+                    errors.push(ConfigError {
+                        file: file.into(),
+                        path: segs.join("."),
+                        message: explain(&msg),
+                    });
+                }
+                removed.push(segs.join("."));
+                if !remove_at(&mut table, &segs) {
+                    return Err(ConfigErrors(errors));
+                }
+            }
+        }
+    }
+    Err(ConfigErrors(errors))
+}
+
+/// Load an experiment file with its base chain and overrides, and validate it.
+pub fn load(path: &Path, overrides: &[String]) -> Result<Experiment, ConfigErrors> {
+    let file = path.display().to_string();
+    let mut table = load_merged(path, &mut Vec::new()).map_err(|e| ConfigErrors(vec![e]))?;
+    let mut errors = Vec::new();
+    for o in overrides {
+        if let Err(message) = apply_override(&mut table, o) {
+            errors.push(ConfigError {
+                file: "--set".into(),
+                path: String::new(),
+                message,
+            });
+        }
+    }
+    if !errors.is_empty() {
+        return Err(ConfigErrors(errors));
+    }
+    let exp = deserialize_all(&file, table)?;
+    let problems = exp.validate();
+    if problems.is_empty() {
+        Ok(exp)
+    } else {
+        Err(ConfigErrors(
+            problems
+                .into_iter()
+                .map(|(path, message)| ConfigError {
+                    file: file.clone(),
+                    path,
+                    message,
+                })
+                .collect(),
+        ))
+    }
+}
+
+/// Parse an experiment from a TOML string (no base, no overrides); used for `resolved.toml`.
+pub fn from_str(name: &str, text: &str) -> Result<Experiment, ConfigErrors> {
+    let table: toml::Table = toml::from_str(text).map_err(|e| {
+        ConfigErrors(vec![ConfigError {
+            file: name.into(),
+            path: String::new(),
+            message: format!("not valid TOML: {}", e.message().trim()),
+        }])
+    })?;
+    let exp = deserialize_all(name, table)?;
+    let problems = exp.validate();
+    if problems.is_empty() {
+        Ok(exp)
+    } else {
+        Err(ConfigErrors(
+            problems
+                .into_iter()
+                .map(|(path, message)| ConfigError {
+                    file: name.into(),
+                    path,
+                    message,
+                })
+                .collect(),
+        ))
+    }
+}
+
+impl Experiment {
+    /// The fully resolved configuration as TOML (every default written out).
+    pub fn to_toml(&self) -> String {
+        toml::to_string_pretty(self).expect("experiment serialises")
+    }
+
+    /// Range and combination checks. Returns (TOML path, message) for every problem.
+    pub fn validate(&self) -> Vec<(String, String)> {
+        let mut v: Vec<(String, String)> = Vec::new();
+        let mut bad = |p: &str, m: String| v.push((p.to_string(), m));
+        let m = &self.model;
+        let d = &self.data;
+        let o = &self.optim;
+        let t = &self.train;
+        let mt = &self.metrics;
+
+        if self.run.name.is_empty()
+            || self
+                .run
+                .name
+                .chars()
+                .any(|c| !(c.is_ascii_alphanumeric() || "-_.".contains(c)))
+        {
+            bad(
+                "run.name",
+                format!(
+                    "found `{}`, expected a non-empty name of letters, digits, '-', '_' or '.'",
+                    self.run.name
+                ),
+            );
+        }
+        for (p, val, min) in [
+            ("model.d_model", m.d_model, 1),
+            ("model.n_layers", m.n_layers, 1),
+            ("model.n_heads", m.n_heads, 1),
+            ("model.d_ff", m.d_ff, 1),
+            ("model.ctx", m.ctx, 2),
+            ("train.micro_batch", t.micro_batch, 1),
+            ("train.batch_tokens", t.batch_tokens, 1),
+            ("train.eval_sequences", t.eval_sequences, 1),
+            ("train.keep_checkpoints", t.keep_checkpoints, 1),
+            ("metrics.probe_sequences", mt.probe_sequences, 1),
+            ("metrics.probe_len", mt.probe_len, 2),
+            ("metrics.k_max", mt.k_max, 1),
+        ] {
+            if val < min {
+                bad(p, format!("found {val}, expected an integer ≥ {min}"));
+            }
+        }
+        for (p, val) in [
+            ("train.steps", t.steps),
+            ("train.eval_every", t.eval_every),
+            ("train.checkpoint_every", t.checkpoint_every),
+            ("train.log_every", t.log_every),
+            ("metrics.every", mt.every),
+        ] {
+            if val == 0 {
+                bad(p, "found 0, expected an integer ≥ 1".into());
+            }
+        }
+        if m.n_heads > 0 && m.d_model % m.n_heads != 0 {
+            bad(
+                "model.n_heads",
+                format!(
+                    "d_model = {} is not divisible by n_heads = {}; choose n_heads among the divisors of d_model",
+                    m.d_model, m.n_heads
+                ),
+            );
+        }
+        if let PositionsConfig::Rope { base } = m.positions {
+            if m.n_heads > 0 && m.d_model % m.n_heads == 0 && m.d_head() % 2 != 0 {
+                bad(
+                    "model.positions",
+                    format!(
+                        "RoPE needs an even head width, found d_head = {}",
+                        m.d_head()
+                    ),
+                );
+            }
+            if !(base > 1.0) {
+                bad(
+                    "model.positions.base",
+                    format!("found {base}, expected a number > 1"),
+                );
+            }
+        }
+        let NormConfig::RmsNorm { eps } = m.norm;
+        if !(eps > 0.0) {
+            bad(
+                "model.norm.eps",
+                format!("found {eps}, expected a number > 0"),
+            );
+        }
+        if let Some(s) = m.init_std
+            && !(s > 0.0 && s.is_finite())
+        {
+            bad(
+                "model.init_std",
+                format!("found {s}, expected a finite number > 0"),
+            );
+        }
+
+        // data
+        if !(d.val_fraction > 0.0 && d.val_fraction < 0.5) {
+            bad(
+                "data.val_fraction",
+                format!("found {}, expected a number in (0, 0.5)", d.val_fraction),
+            );
+        }
+        if let TokenizerConfig::Bpe { vocab_size } = d.tokenizer
+            && !(260..=65535).contains(&vocab_size)
+        {
+            bad(
+                "data.tokenizer.vocab_size",
+                format!("found {vocab_size}, expected 260..=65535 (256 bytes + specials + merges)"),
+            );
+        }
+        if d.token_budget == Some(0) {
+            bad(
+                "data.token_budget",
+                "found 0, expected a positive number of tokens".into(),
+            );
+        }
+        if let Some(mix) = &d.mixture {
+            for (k, w) in mix {
+                if !(*w >= 0.0 && w.is_finite()) {
+                    bad(
+                        &format!("data.mixture.{k}"),
+                        format!("found {w}, expected a finite weight ≥ 0"),
+                    );
+                }
+            }
+            if mix.values().all(|w| *w <= 0.0) {
+                bad(
+                    "data.mixture",
+                    "all weights are 0: at least one domain needs weight > 0".into(),
+                );
+            }
+        }
+        let seq_positions = m.ctx;
+        for (i, p) in d.random_tokens.iter().enumerate() {
+            if *p < 1 || *p > seq_positions {
+                bad(
+                    &format!("data.random_tokens.{i}"),
+                    format!(
+                        "found position {p}, expected 1..={seq_positions} (1-based, within model.ctx)"
+                    ),
+                );
+            }
+            if d.bos && *p == 1 {
+                bad(
+                    &format!("data.random_tokens.{i}"),
+                    "position 1 holds the BOS token when data.bos = true; use a position ≥ 2 or set bos = false".into(),
+                );
+            }
+        }
+        if let Some(ft) = &d.fixed_token {
+            if ft.position < 1 || ft.position > seq_positions {
+                bad(
+                    "data.fixed_token.position",
+                    format!("found {}, expected 1..={seq_positions}", ft.position),
+                );
+            }
+            if d.bos && ft.position == 1 {
+                bad(
+                    "data.fixed_token.position",
+                    "position 1 holds the BOS token when data.bos = true; use a position ≥ 2 or set bos = false".into(),
+                );
+            }
+            if d.random_tokens.contains(&ft.position) {
+                bad(
+                    "data.fixed_token.position",
+                    format!(
+                        "position {} is also listed in data.random_tokens",
+                        ft.position
+                    ),
+                );
+            }
+        }
+
+        // optim
+        if !(o.lr > 0.0 && o.lr.is_finite()) {
+            bad(
+                "optim.lr",
+                format!("found {}, expected a finite number > 0", o.lr),
+            );
+        }
+        for (i, b) in o.betas.iter().enumerate() {
+            if !(0.0..1.0).contains(b) {
+                bad(
+                    &format!("optim.betas.{i}"),
+                    format!("found {b}, expected 0 ≤ β < 1"),
+                );
+            }
+        }
+        if !(o.eps > 0.0) {
+            bad(
+                "optim.eps",
+                format!("found {}, expected a number > 0", o.eps),
+            );
+        }
+        if !(o.weight_decay >= 0.0 && o.weight_decay.is_finite()) {
+            bad(
+                "optim.weight_decay",
+                format!("found {}, expected a finite number ≥ 0", o.weight_decay),
+            );
+        }
+        if let Some(c) = o.grad_clip
+            && !(c > 0.0)
+        {
+            bad(
+                "optim.grad_clip",
+                format!("found {c}, expected a number > 0 (omit the key for no clipping)"),
+            );
+        }
+        let (warmup, min_lr) = match o.schedule {
+            ScheduleConfig::Constant { warmup } => (warmup, None),
+            ScheduleConfig::WarmupCosine { warmup, min_lr }
+            | ScheduleConfig::WarmupLinear { warmup, min_lr } => (warmup, Some(min_lr)),
+        };
+        if warmup >= t.steps.max(1) && t.steps > 0 {
+            bad(
+                "optim.schedule.warmup",
+                format!(
+                    "found {warmup}, expected fewer warmup steps than train.steps = {}",
+                    t.steps
+                ),
+            );
+        }
+        if let Some(min_lr) = min_lr
+            && !(min_lr >= 0.0 && min_lr <= o.lr)
+        {
+            bad(
+                "optim.schedule.min_lr",
+                format!("found {min_lr}, expected 0 ≤ min_lr ≤ optim.lr = {}", o.lr),
+            );
+        }
+
+        // train
+        let seq_tokens = t.micro_batch * m.ctx;
+        if seq_tokens > 0 && t.batch_tokens % seq_tokens != 0 {
+            bad(
+                "train.batch_tokens",
+                format!(
+                    "found {}, expected a multiple of micro_batch × ctx = {} × {} = {seq_tokens}",
+                    t.batch_tokens, t.micro_batch, m.ctx
+                ),
+            );
+        }
+
+        // metrics
+        if mt.probe_len > m.ctx {
+            bad(
+                "metrics.probe_len",
+                format!("found {}, expected ≤ model.ctx = {}", mt.probe_len, m.ctx),
+            );
+        }
+        if mt.k_max > mt.probe_len {
+            bad(
+                "metrics.k_max",
+                format!(
+                    "found {}, expected ≤ metrics.probe_len = {}",
+                    mt.k_max, mt.probe_len
+                ),
+            );
+        }
+        if mt.eps.is_empty() {
+            bad(
+                "metrics.eps",
+                "empty list: give at least one threshold, e.g. [0.3]".into(),
+            );
+        }
+        for (i, e) in mt.eps.iter().enumerate() {
+            if !(*e > 0.0 && *e < 1.0) {
+                bad(
+                    &format!("metrics.eps.{i}"),
+                    format!("found {e}, expected 0 < ε < 1"),
+                );
+            }
+        }
+        v
+    }
+
+    /// Sequences per optimizer step and gradient-accumulation passes.
+    pub fn accumulation(&self) -> usize {
+        self.train.batch_tokens / (self.train.micro_batch * self.model.ctx)
+    }
+
+    pub fn run_dir(&self) -> PathBuf {
+        self.run.out_dir.join(&self.run.name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    #[test]
+    fn defaults_validate_and_roundtrip() {
+        let exp = from_str("x.toml", "").unwrap();
+        assert_eq!(exp, Experiment::default_for_tests());
+        let again = from_str("resolved.toml", &exp.to_toml()).unwrap();
+        assert_eq!(exp, again);
+    }
+
+    #[test]
+    fn collects_every_error_with_paths() {
+        let text = r#"
+[model]
+d_modle = 64
+n_heads = "four"
+positions = { kind = "rope", base = 10000.0, fraction = 0.5 }
+[optim]
+lr = -1.0
+schedule = { kind = "cosine", warmup = 10 }
+[train]
+stepz = 3
+"#;
+        let err = from_str("bad.toml", text).unwrap_err();
+        let paths: Vec<&str> = err.0.iter().map(|e| e.path.as_str()).collect();
+        assert!(paths.contains(&"model.d_modle"), "{err}");
+        assert!(paths.contains(&"model.n_heads"), "{err}");
+        assert!(paths.contains(&"model.positions.fraction"), "{err}");
+        assert!(paths.contains(&"optim.schedule.kind"), "{err}");
+        assert!(paths.contains(&"train.stepz"), "{err}");
+        assert_eq!(err.0.len(), 5, "{err}");
+        let text = err.to_string();
+        assert!(text.contains("bad.toml"), "{text}");
+        assert!(text.contains("d_model"), "valid keys are listed: {text}");
+        assert!(
+            text.contains("warmup_cosine"),
+            "valid choices are listed: {text}"
+        );
+    }
+
+    #[test]
+    fn range_and_combination_errors() {
+        let text = r#"
+[model]
+d_model = 100
+n_heads = 3
+ctx = 32
+[data]
+random_tokens = [1, 40]
+bos = true
+[optim]
+lr = 0.0
+betas = [0.9, 1.0]
+[train]
+batch_tokens = 1000
+micro_batch = 4
+"#;
+        let err = from_str("r.toml", text).unwrap_err();
+        let paths: Vec<&str> = err.0.iter().map(|e| e.path.as_str()).collect();
+        for want in [
+            "model.n_heads",
+            "data.random_tokens.0",
+            "data.random_tokens.1",
+            "optim.lr",
+            "optim.betas.1",
+            "train.batch_tokens",
+            "metrics.probe_len",
+        ] {
+            assert!(paths.contains(&want), "missing {want}: {err}");
+        }
+    }
+
+    #[test]
+    fn base_inheritance_deep_merge_and_kind_switch() {
+        let dir = tempfile::tempdir().unwrap();
+        write(
+            dir.path(),
+            "base.toml",
+            "[model]\nd_model = 64\nn_heads = 2\npositions = { kind = \"rope\", base = 500.0 }\n[optim]\nlr = 1e-3\n",
+        );
+        let child = write(
+            dir.path(),
+            "child.toml",
+            "base = \"base.toml\"\n[model]\nn_heads = 4\npositions = { kind = \"nope\" }\n",
+        );
+        let exp = load(&child, &["optim.lr=2e-3".into(), "run.name=abc".into()]).unwrap();
+        assert_eq!(exp.model.d_model, 64);
+        assert_eq!(exp.model.n_heads, 4);
+        assert_eq!(exp.model.positions, PositionsConfig::Nope {});
+        assert!((exp.optim.lr - 2e-3).abs() < 1e-15);
+        assert_eq!(exp.run.name, "abc");
+    }
+
+    #[test]
+    fn override_errors_and_cycles() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = write(dir.path(), "a.toml", "base = \"b.toml\"\n");
+        write(dir.path(), "b.toml", "base = \"a.toml\"\n");
+        let err = load(&a, &[]).unwrap_err();
+        assert!(err.to_string().contains("cycle"), "{err}");
+        let ok = write(dir.path(), "ok.toml", "");
+        let err = load(&ok, &["optim.lr".into()]).unwrap_err();
+        assert!(err.to_string().contains("KEY=VALUE"), "{err}");
+        let err = load(&ok, &["optim.lrr=1".into()]).unwrap_err();
+        assert_eq!(err.0[0].path, "optim.lrr");
+    }
+
+    impl Experiment {
+        fn default_for_tests() -> Self {
+            Experiment {
+                run: RunConfig::default(),
+                data: DataConfig::default(),
+                model: ModelConfig::default(),
+                optim: OptimConfig::default(),
+                train: TrainConfig::default(),
+                metrics: MetricsConfig::default(),
+            }
+        }
+    }
+}

@@ -1,0 +1,638 @@
+//! Data: corpora, token shards, splits and the deterministic sampler.
+//!
+//! A corpus is a directory with `manifest.json` and one UTF-8 text file per domain, documents
+//! separated by a line `<|doc|>` (format in `datasets/README.md`). `"embedded"` names the
+//! public-domain corpus compiled into the binary (`datasets/embedded`).
+//!
+//! Preparation (cached under `data.cache_dir/<key>/`, the key hashing everything that
+//! determines the result): train or build the tokenizer on the training split, tokenize every
+//! document followed by `<|endoftext|>`, and hold out the last `val_fraction` of each domain's
+//! token stream for validation. Shards are little-endian `u32` files.
+//!
+//! Sampling is a pure function of (seed, step, micro-batch index): a killed run that resumes at
+//! step s reads exactly the batches the uninterrupted run read.
+
+use crate::config::{DataConfig, TokenizerConfig};
+use crate::tokenizer::Tokenizer;
+use anyhow::{Context, Result, anyhow, bail};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+pub const DOC_SEPARATOR: &str = "<|doc|>";
+
+/// The embedded corpus (public-domain Shakespeare and Milton), compiled into the binary.
+const EMBEDDED: &[(&str, &str)] = &[
+    ("milton", include_str!("../datasets/embedded/milton.txt")),
+    (
+        "shakespeare",
+        include_str!("../datasets/embedded/shakespeare.txt"),
+    ),
+];
+const EMBEDDED_MANIFEST: &str = include_str!("../datasets/embedded/manifest.json");
+
+/// A loaded corpus: domains in name order, each a list of documents.
+pub struct Corpus {
+    pub name: String,
+    pub domains: BTreeMap<String, Vec<String>>,
+    /// sha256 over domain names and contents.
+    pub digest: String,
+}
+
+#[derive(Deserialize)]
+struct Manifest {
+    name: String,
+    domains: BTreeMap<String, ManifestDomain>,
+}
+
+#[derive(Deserialize)]
+struct ManifestDomain {
+    file: String,
+}
+
+fn split_documents(text: &str) -> Vec<String> {
+    let mut docs = Vec::new();
+    let mut cur = String::new();
+    for line in text.split_inclusive('\n') {
+        if line.trim_end_matches(['\n', '\r']) == DOC_SEPARATOR {
+            if !cur.trim().is_empty() {
+                docs.push(std::mem::take(&mut cur));
+            }
+            cur.clear();
+        } else {
+            cur.push_str(line);
+        }
+    }
+    if !cur.trim().is_empty() {
+        docs.push(cur);
+    }
+    docs
+}
+
+impl Corpus {
+    fn from_texts(name: &str, texts: Vec<(String, String)>) -> Self {
+        let mut h = Sha256::new();
+        let mut domains = BTreeMap::new();
+        for (domain, text) in texts {
+            h.update(domain.as_bytes());
+            h.update([0u8]);
+            h.update(text.as_bytes());
+            h.update([0u8]);
+            domains.insert(domain, split_documents(&text));
+        }
+        Corpus {
+            name: name.into(),
+            domains,
+            digest: hex(&h.finalize()),
+        }
+    }
+
+    pub fn embedded() -> Self {
+        let manifest: Manifest =
+            serde_json::from_str(EMBEDDED_MANIFEST).expect("embedded manifest is valid JSON");
+        let texts = EMBEDDED
+            .iter()
+            .map(|(d, t)| {
+                assert!(
+                    manifest.domains.contains_key(*d),
+                    "embedded domain {d} in manifest"
+                );
+                (d.to_string(), t.to_string())
+            })
+            .collect();
+        Self::from_texts("embedded", texts)
+    }
+
+    /// Load `"embedded"` or a corpus directory.
+    pub fn load(spec: &str) -> Result<Self> {
+        if spec == "embedded" {
+            return Ok(Self::embedded());
+        }
+        let dir = PathBuf::from(spec);
+        let mpath = dir.join("manifest.json");
+        let text = std::fs::read_to_string(&mpath).with_context(|| {
+            format!(
+                "data.corpus = {spec:?}: cannot read {}; expected \"embedded\" or a corpus directory \
+                 built by `python3 scripts/build_corpus.py`",
+                mpath.display()
+            )
+        })?;
+        let manifest: Manifest = serde_json::from_str(&text)
+            .with_context(|| format!("{}: not a sinklab corpus manifest", mpath.display()))?;
+        let mut texts = Vec::new();
+        for (domain, d) in &manifest.domains {
+            let p = dir.join(&d.file);
+            let t = std::fs::read_to_string(&p)
+                .with_context(|| format!("corpus domain {domain}: reading {}", p.display()))?;
+            texts.push((domain.clone(), t));
+        }
+        Ok(Self::from_texts(&manifest.name, texts))
+    }
+}
+
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// One domain's token streams.
+pub struct Domain {
+    pub name: String,
+    pub train: Vec<u32>,
+    pub val: Vec<u32>,
+}
+
+/// Prepared, tokenized data.
+pub struct Dataset {
+    pub tokenizer: Tokenizer,
+    pub domains: Vec<Domain>,
+    /// Directory holding `tokenizer.json` and the shards.
+    pub dir: PathBuf,
+}
+
+#[derive(Serialize, Deserialize, PartialEq, Debug)]
+struct PreparedMeta {
+    corpus: String,
+    corpus_digest: String,
+    tokenizer: TokenizerConfig,
+    val_fraction: f64,
+    vocab_size: usize,
+    domains: Vec<(String, usize, usize)>,
+}
+
+fn write_u32s(path: &Path, xs: &[u32]) -> Result<()> {
+    let mut bytes = Vec::with_capacity(xs.len() * 4);
+    for x in xs {
+        bytes.extend_from_slice(&x.to_le_bytes());
+    }
+    crate::checkpoint::write_atomic(path, &bytes)
+}
+
+fn read_u32s(path: &Path) -> Result<Vec<u32>> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    if bytes.len() % 4 != 0 {
+        bail!("{}: size is not a multiple of 4", path.display());
+    }
+    Ok(bytes
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect())
+}
+
+impl Dataset {
+    /// Tokenize and split the configured corpus, reusing the cache when it matches.
+    pub fn prepare(cfg: &DataConfig, log: &mut dyn FnMut(&str)) -> Result<Self> {
+        let corpus = Corpus::load(&cfg.corpus)?;
+        let key_src = format!(
+            "v1|{}|{:?}|{}",
+            corpus.digest, cfg.tokenizer, cfg.val_fraction
+        );
+        let key = hex(&Sha256::digest(key_src.as_bytes()))[..16].to_string();
+        let dir = cfg.cache_dir.join(format!("{}-{key}", corpus.name));
+        let meta_path = dir.join("meta.json");
+        if meta_path.exists() {
+            let meta: PreparedMeta = serde_json::from_str(&std::fs::read_to_string(&meta_path)?)
+                .with_context(|| format!("{}: corrupt cache metadata", meta_path.display()))?;
+            let tokenizer = Tokenizer::load(&dir.join("tokenizer.json"))?;
+            let mut domains = Vec::new();
+            for (name, ntrain, nval) in &meta.domains {
+                let train = read_u32s(&dir.join(format!("{name}.train.u32")))?;
+                let val = read_u32s(&dir.join(format!("{name}.val.u32")))?;
+                if train.len() != *ntrain || val.len() != *nval {
+                    bail!(
+                        "{}: shard sizes disagree with meta.json; delete the directory to rebuild",
+                        dir.display()
+                    );
+                }
+                domains.push(Domain {
+                    name: name.clone(),
+                    train,
+                    val,
+                });
+            }
+            log(&format!("data: using cached shards {}", dir.display()));
+            return Ok(Self {
+                tokenizer,
+                domains,
+                dir,
+            });
+        }
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        // Split each domain's documents so that the tokenizer only sees training text: the
+        // validation split is the tail of each domain by characters, cut at a document or line
+        // boundary, matched to the token-level split below.
+        let tokenizer = match &cfg.tokenizer {
+            TokenizerConfig::Byte {} => Tokenizer::byte()?,
+            TokenizerConfig::Bpe { vocab_size } => {
+                log(&format!(
+                    "data: training byte-level BPE, vocab {vocab_size}"
+                ));
+                let train_texts: Vec<&str> = corpus
+                    .domains
+                    .values()
+                    .flat_map(|docs| {
+                        let total: usize = docs.iter().map(String::len).sum();
+                        let keep = ((1.0 - cfg.val_fraction) * total as f64) as usize;
+                        let mut seen = 0usize;
+                        docs.iter().filter_map(move |d| {
+                            let start = seen;
+                            seen += d.len();
+                            if start >= keep {
+                                None
+                            } else if seen <= keep {
+                                Some(d.as_str())
+                            } else {
+                                let cut = floor_char_boundary(d, keep - start);
+                                Some(&d[..cut])
+                            }
+                        })
+                    })
+                    .collect();
+                Tokenizer::train_bpe(*vocab_size, train_texts.into_iter())?
+            }
+        };
+        let mut domains = Vec::new();
+        for (name, docs) in &corpus.domains {
+            let mut stream = Vec::new();
+            for d in docs {
+                stream.extend(tokenizer.encode(d)?);
+                stream.push(tokenizer.eot_id);
+            }
+            let nval = ((stream.len() as f64) * cfg.val_fraction).ceil() as usize;
+            let val = stream.split_off(stream.len() - nval);
+            log(&format!(
+                "data: domain {name}: {} train / {} val tokens",
+                stream.len(),
+                val.len()
+            ));
+            domains.push(Domain {
+                name: name.clone(),
+                train: stream,
+                val,
+            });
+        }
+        tokenizer.save(&dir.join("tokenizer.json"))?;
+        for d in &domains {
+            write_u32s(&dir.join(format!("{}.train.u32", d.name)), &d.train)?;
+            write_u32s(&dir.join(format!("{}.val.u32", d.name)), &d.val)?;
+        }
+        let meta = PreparedMeta {
+            corpus: corpus.name.clone(),
+            corpus_digest: corpus.digest.clone(),
+            tokenizer: cfg.tokenizer.clone(),
+            val_fraction: cfg.val_fraction,
+            vocab_size: tokenizer.vocab_size(),
+            domains: domains
+                .iter()
+                .map(|d| (d.name.clone(), d.train.len(), d.val.len()))
+                .collect(),
+        };
+        crate::checkpoint::write_atomic(
+            &meta_path,
+            serde_json::to_string_pretty(&meta)?.as_bytes(),
+        )?;
+        Ok(Self {
+            tokenizer,
+            domains,
+            dir,
+        })
+    }
+
+    pub fn vocab_size(&self) -> usize {
+        self.tokenizer.vocab_size()
+    }
+}
+
+fn floor_char_boundary(s: &str, mut i: usize) -> usize {
+    while i > 0 && !s.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
+}
+
+/// A batch of token ids, row-major `[batch, len]`, with per-target loss weights.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Batch {
+    pub batch: usize,
+    pub len: usize,
+    pub inputs: Vec<u32>,
+    pub targets: Vec<u32>,
+    /// 1.0 where the target counts in the loss, 0.0 where it is ignored.
+    pub loss_mask: Vec<f32>,
+    /// Domain index each sequence was drawn from.
+    pub domains: Vec<usize>,
+}
+
+/// Builds training batches deterministically from (seed, step, micro-batch index).
+pub struct Sampler {
+    /// Per domain: the usable prefix of its training stream (the token budget applied).
+    limits: Vec<usize>,
+    /// Cumulative sampling weights.
+    cumulative: Vec<f64>,
+    ctx: usize,
+    bos: Option<u32>,
+    seed: u64,
+    random_positions: Vec<usize>,
+    fixed: Option<(usize, u32)>,
+    /// Ids that random tokens are drawn from: [first_regular, vocab).
+    regular_range: (u32, u32),
+}
+
+impl Sampler {
+    pub fn new(data: &Dataset, cfg: &DataConfig, ctx: usize, seed: u64) -> Result<Self> {
+        let names: Vec<&str> = data.domains.iter().map(|d| d.name.as_str()).collect();
+        let weights: Vec<f64> = match &cfg.mixture {
+            None => data.domains.iter().map(|d| d.train.len() as f64).collect(),
+            Some(mix) => {
+                for k in mix.keys() {
+                    if !names.contains(&k.as_str()) {
+                        bail!(
+                            "`data.mixture.{k}`: no such domain in corpus {:?}; domains are: {}",
+                            cfg.corpus,
+                            names.join(", ")
+                        );
+                    }
+                }
+                names
+                    .iter()
+                    .map(|n| mix.get(*n).copied().unwrap_or(0.0))
+                    .collect()
+            }
+        };
+        let total: f64 = weights.iter().sum();
+        let need = if cfg.bos { ctx } else { ctx + 1 };
+        let mut limits = Vec::new();
+        for (d, w) in data.domains.iter().zip(&weights) {
+            let limit = match cfg.token_budget {
+                None => d.train.len(),
+                Some(b) => ((b as f64 * w / total).floor() as usize).min(d.train.len()),
+            };
+            if *w > 0.0 && limit < need {
+                bail!(
+                    "domain {} has {limit} usable training tokens, fewer than one sequence needs ({need}); \
+                     raise `data.token_budget` or give the domain weight 0 in `data.mixture`",
+                    d.name
+                );
+            }
+            limits.push(limit);
+        }
+        let mut acc = 0.0;
+        let cumulative = weights
+            .iter()
+            .map(|w| {
+                acc += w / total;
+                acc
+            })
+            .collect();
+        Ok(Self {
+            limits,
+            cumulative,
+            ctx,
+            bos: cfg.bos.then_some(data.tokenizer.bos_id),
+            seed,
+            random_positions: cfg.random_tokens.clone(),
+            fixed: cfg.fixed_token.as_ref().map(|f| (f.position, f.token)),
+            regular_range: (2, data.vocab_size() as u32),
+        })
+    }
+
+    /// Sampling probability of each domain.
+    pub fn domain_probabilities(&self) -> Vec<f64> {
+        let mut prev = 0.0;
+        self.cumulative
+            .iter()
+            .map(|c| {
+                let p = c - prev;
+                prev = *c;
+                p
+            })
+            .collect()
+    }
+
+    /// The training micro-batch `micro` of optimizer step `step`.
+    pub fn batch(&self, data: &Dataset, step: u64, micro: usize, batch: usize) -> Batch {
+        let stream_seed = self.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            ^ step.wrapping_mul(0xBF58_476D_1CE4_E5B9)
+            ^ (micro as u64).wrapping_mul(0x94D0_49BB_1331_11EB);
+        let mut rng = ChaCha8Rng::seed_from_u64(stream_seed);
+        let t = self.ctx;
+        let mut out = Batch {
+            batch,
+            len: t,
+            inputs: Vec::with_capacity(batch * t),
+            targets: Vec::with_capacity(batch * t),
+            loss_mask: Vec::with_capacity(batch * t),
+            domains: Vec::with_capacity(batch),
+        };
+        for _ in 0..batch {
+            let u: f64 = rng.r#gen();
+            let d = self
+                .cumulative
+                .iter()
+                .position(|c| u < *c)
+                .unwrap_or(self.cumulative.len() - 1);
+            let need = if self.bos.is_some() { t } else { t + 1 };
+            let start = rng.gen_range(0..=self.limits[d] - need);
+            let window = &data.domains[d].train[start..start + need];
+            // The full sequence s of length t+1: inputs s[0..t], targets s[1..t+1].
+            let mut seq: Vec<u32> = Vec::with_capacity(t + 1);
+            if let Some(b) = self.bos {
+                seq.push(b);
+            }
+            seq.extend_from_slice(window);
+            let mut ignore = vec![false; t + 1];
+            for &p in &self.random_positions {
+                seq[p - 1] = rng.gen_range(self.regular_range.0..self.regular_range.1);
+                ignore[p - 1] = true;
+            }
+            if let Some((p, tok)) = self.fixed {
+                seq[p - 1] = tok;
+                ignore[p - 1] = true;
+            }
+            out.inputs.extend_from_slice(&seq[..t]);
+            out.targets.extend_from_slice(&seq[1..]);
+            out.loss_mask
+                .extend(ignore[1..].iter().map(|&i| if i { 0.0 } else { 1.0 }));
+            out.domains.push(d);
+        }
+        out
+    }
+}
+
+/// Fixed validation sequences: `n` windows evenly spaced over the concatenated validation
+/// streams (BOS prepended when `bos`), `len` inputs each with their next-token targets.
+pub fn validation_batch(data: &Dataset, n: usize, len: usize, bos: bool) -> Result<Batch> {
+    let stream: Vec<u32> = data
+        .domains
+        .iter()
+        .flat_map(|d| d.val.iter().copied())
+        .collect();
+    let need = if bos { len } else { len + 1 };
+    if stream.len() < need {
+        return Err(anyhow!(
+            "validation split has {} tokens, fewer than one sequence of {need}; raise data.val_fraction",
+            stream.len()
+        ));
+    }
+    let span = stream.len() - need;
+    let mut out = Batch {
+        batch: n,
+        len,
+        inputs: Vec::new(),
+        targets: Vec::new(),
+        loss_mask: Vec::new(),
+        domains: vec![0; n],
+    };
+    for i in 0..n {
+        let start = if n == 1 { 0 } else { span * i / (n - 1) };
+        let mut seq = Vec::with_capacity(len + 1);
+        if bos {
+            seq.push(data.tokenizer.bos_id);
+        }
+        seq.extend_from_slice(&stream[start..start + need]);
+        out.inputs.extend_from_slice(&seq[..len]);
+        out.targets.extend_from_slice(&seq[1..]);
+        out.loss_mask.extend(std::iter::repeat_n(1.0, len));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::FixedToken;
+
+    fn toy_dataset() -> Dataset {
+        let tokenizer = Tokenizer::byte().unwrap();
+        let domains = vec![
+            Domain {
+                name: "a".into(),
+                train: (0..1000).map(|i| 10 + (i % 50)).collect(),
+                val: (0..300).map(|i| 100 + (i % 20)).collect(),
+            },
+            Domain {
+                name: "b".into(),
+                train: (0..4000).map(|i| 200 + (i % 40)).collect(),
+                val: (0..300).map(|i| 150 + (i % 20)).collect(),
+            },
+        ];
+        Dataset {
+            tokenizer,
+            domains,
+            dir: PathBuf::new(),
+        }
+    }
+
+    #[test]
+    fn documents_split_on_separator_lines() {
+        let docs = split_documents("one\ntwo\n<|doc|>\nthree\n<|doc|>\n\n");
+        assert_eq!(docs, vec!["one\ntwo\n".to_string(), "three\n".to_string()]);
+    }
+
+    #[test]
+    fn sampler_is_deterministic_and_shifted() {
+        let data = toy_dataset();
+        let cfg = DataConfig::default();
+        let s = Sampler::new(&data, &cfg, 16, 7).unwrap();
+        let a = s.batch(&data, 5, 1, 4);
+        let b = s.batch(&data, 5, 1, 4);
+        assert_eq!(a, b);
+        assert_ne!(a, s.batch(&data, 6, 1, 4));
+        assert_ne!(a, s.batch(&data, 5, 0, 4));
+        for r in 0..4 {
+            let x = &a.inputs[r * 16..(r + 1) * 16];
+            let y = &a.targets[r * 16..(r + 1) * 16];
+            assert_eq!(&x[1..], &y[..15], "targets are inputs shifted by one");
+        }
+    }
+
+    #[test]
+    fn mixture_weights_are_applied() {
+        let data = toy_dataset();
+        let mut cfg = DataConfig::default();
+        cfg.mixture = Some([("a".to_string(), 3.0), ("b".to_string(), 1.0)].into());
+        let s = Sampler::new(&data, &cfg, 8, 0).unwrap();
+        assert_eq!(s.domain_probabilities(), vec![0.75, 0.25]);
+        let mut counts = [0usize; 2];
+        for step in 0..200 {
+            for d in s.batch(&data, step, 0, 20).domains {
+                counts[d] += 1;
+            }
+        }
+        let frac = counts[0] as f64 / 4000.0;
+        assert!((frac - 0.75).abs() < 0.03, "fraction from a: {frac}");
+        // Without a mixture, weights follow domain sizes (1000 : 4000).
+        let s = Sampler::new(&data, &DataConfig::default(), 8, 0).unwrap();
+        let p = s.domain_probabilities();
+        assert!(
+            (p[0] - 0.2).abs() < 1e-12 && (p[1] - 0.8).abs() < 1e-12,
+            "{p:?}"
+        );
+        cfg.mixture = Some([("c".to_string(), 1.0)].into());
+        let err = Sampler::new(&data, &cfg, 8, 0).err().unwrap().to_string();
+        assert!(
+            err.contains("data.mixture.c") && err.contains("a, b"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn bos_fixed_and_random_tokens() {
+        let data = toy_dataset();
+        let mut cfg = DataConfig {
+            bos: true,
+            random_tokens: vec![2],
+            fixed_token: Some(FixedToken {
+                position: 4,
+                token: 77,
+            }),
+            ..DataConfig::default()
+        };
+        let s = Sampler::new(&data, &cfg, 8, 1).unwrap();
+        let b = s.batch(&data, 0, 0, 50);
+        let mut random_seen = std::collections::HashSet::new();
+        for r in 0..50 {
+            let x = &b.inputs[r * 8..(r + 1) * 8];
+            let m = &b.loss_mask[r * 8..(r + 1) * 8];
+            assert_eq!(x[0], data.tokenizer.bos_id);
+            assert_eq!(x[3], 77);
+            random_seen.insert(x[1]);
+            // targets at index p-2 predict position p: ignored for p = 2 and p = 4.
+            assert_eq!(m, &[0.0, 1.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0]);
+        }
+        assert!(
+            random_seen.len() > 40,
+            "random tokens vary: {}",
+            random_seen.len()
+        );
+        // Token budget: only the first tokens of each domain are used.
+        cfg.token_budget = Some(100);
+        cfg.random_tokens.clear();
+        cfg.fixed_token = None;
+        cfg.mixture = Some([("a".to_string(), 1.0)].into());
+        let s = Sampler::new(&data, &cfg, 8, 1).unwrap();
+        for step in 0..50 {
+            let b = s.batch(&data, step, 0, 4);
+            assert!(b.domains.iter().all(|&d| d == 0));
+            // domain a's first 100 tokens are 10..59, 10..59: every token < 60
+            assert!(
+                b.inputs
+                    .iter()
+                    .skip(1)
+                    .all(|&t| t < 60 || t == data.tokenizer.bos_id)
+            );
+        }
+    }
+
+    #[test]
+    fn validation_batch_is_fixed_and_spans_the_split() {
+        let data = toy_dataset();
+        let v = validation_batch(&data, 4, 10, false).unwrap();
+        assert_eq!(v.inputs.len(), 40);
+        assert_eq!(v.inputs[0], 100);
+        // last window ends at the end of the concatenated validation stream
+        assert_eq!(*v.targets.last().unwrap(), 150 + (299 % 20));
+    }
+}

@@ -1,0 +1,19 @@
+//! sinklab: a Burn-based training framework for studying attention sinks and skipless
+//! transformers. See README.md for the tour and `../shared/REFERENCE.md` for the formulas.
+//!
+//! Layout: `config` (strict experiment schema), `data` (corpora, tokenization, sampler),
+//! `tokenizer`, `model` (the LM, attention by hand), `optim` (AdamW, schedules, clipping),
+//! `metrics` (pure sink-metric maths), `train` (the loop), `checkpoint` (atomic files,
+//! safetensors), `tensorboard` (event-file writer), `backend` (devices, provenance), `bench`.
+
+pub mod backend;
+pub mod bench;
+pub mod checkpoint;
+pub mod config;
+pub mod data;
+pub mod metrics;
+pub mod model;
+pub mod optim;
+pub mod tensorboard;
+pub mod tokenizer;
+pub mod train;

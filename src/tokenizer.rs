@@ -1,0 +1,196 @@
+//! Tokenizers: byte-level (one id per UTF-8 byte) and byte-level BPE, both expressed as a
+//! Hugging Face `tokenizers` pipeline so that the saved `tokenizer.json` loads in Python's
+//! `tokenizers` and gives identical ids.
+//!
+//! Id layout: `<|bos|>` = 0, `<|endoftext|>` = 1, then the model's tokens. For the byte
+//! tokenizer byte `b` has id `b + 2` (vocabulary 258); for BPE the 256 byte symbols come next
+//! in GPT-2 byte-to-unicode order, then the merges.
+
+use anyhow::{Context, Result, anyhow};
+use std::path::Path;
+use tokenizers::models::bpe::{BPE, BpeTrainerBuilder, Vocab};
+use tokenizers::models::{ModelWrapper, TrainerWrapper};
+use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+use tokenizers::{AddedToken, Tokenizer as HfTokenizer};
+
+pub const BOS: &str = "<|bos|>";
+pub const EOT: &str = "<|endoftext|>";
+
+/// GPT-2's reversible map from bytes to printable unicode characters (the `ByteLevel`
+/// pre-tokenizer's alphabet).
+pub fn bytes_to_unicode() -> Vec<(u8, char)> {
+    let mut bs: Vec<u8> = (b'!'..=b'~')
+        .chain(0xA1..=0xAC)
+        .chain(0xAE..=0xFF)
+        .collect();
+    let mut cs: Vec<u32> = bs.iter().map(|&b| b as u32).collect();
+    let mut n = 0;
+    for b in 0..=255u8 {
+        if !bs.contains(&b) {
+            bs.push(b);
+            cs.push(256 + n);
+            n += 1;
+        }
+    }
+    bs.into_iter()
+        .zip(cs)
+        .map(|(b, c)| (b, char::from_u32(c).expect("valid code point")))
+        .collect()
+}
+
+/// A trained tokenizer with sinklab's special tokens.
+pub struct Tokenizer {
+    inner: HfTokenizer,
+    pub bos_id: u32,
+    pub eot_id: u32,
+}
+
+fn specials() -> Vec<AddedToken> {
+    vec![AddedToken::from(BOS, true), AddedToken::from(EOT, true)]
+}
+
+fn byte_level() -> ByteLevel {
+    // No prefix space (GPT-2 style), offsets trimmed, GPT-2 split regex.
+    ByteLevel::new(false, true, true)
+}
+
+fn assemble(model: BPE) -> HfTokenizer {
+    let mut tok = HfTokenizer::new(model);
+    tok.with_pre_tokenizer(Some(byte_level()));
+    tok.with_decoder(Some(byte_level()));
+    tok
+}
+
+impl Tokenizer {
+    fn from_hf(inner: HfTokenizer) -> Result<Self> {
+        let bos_id = inner
+            .token_to_id(BOS)
+            .ok_or_else(|| anyhow!("tokenizer lacks the {BOS} token"))?;
+        let eot_id = inner
+            .token_to_id(EOT)
+            .ok_or_else(|| anyhow!("tokenizer lacks the {EOT} token"))?;
+        Ok(Self {
+            inner,
+            bos_id,
+            eot_id,
+        })
+    }
+
+    /// Byte-level tokenizer: ids 0, 1 for the specials, byte b ↦ b + 2.
+    pub fn byte() -> Result<Self> {
+        let mut vocab = Vocab::default();
+        vocab.insert(BOS.into(), 0);
+        vocab.insert(EOT.into(), 1);
+        for (b, c) in bytes_to_unicode() {
+            vocab.insert(c.to_string(), b as u32 + 2);
+        }
+        let model = BPE::builder()
+            .vocab_and_merges(vocab, vec![])
+            .build()
+            .map_err(|e| anyhow!("building byte tokenizer: {e}"))?;
+        let mut tok = assemble(model);
+        tok.add_special_tokens(specials())
+            .map_err(|e| anyhow!("{e}"))?;
+        Self::from_hf(tok)
+    }
+
+    /// Train a byte-level BPE of `vocab_size` ids (specials included) on `texts`.
+    pub fn train_bpe<'a>(
+        vocab_size: usize,
+        texts: impl Iterator<Item = &'a str> + Send,
+    ) -> Result<Self> {
+        let mut tok = assemble(BPE::default());
+        let trainer = BpeTrainerBuilder::new()
+            .vocab_size(vocab_size)
+            .min_frequency(2)
+            .show_progress(false)
+            .special_tokens(specials())
+            .initial_alphabet(bytes_to_unicode().into_iter().map(|(_, c)| c).collect())
+            .build();
+        let mut trainer = TrainerWrapper::BpeTrainer(trainer);
+        tok.train(&mut trainer, texts)
+            .map_err(|e| anyhow!("training BPE: {e}"))?;
+        if !matches!(tok.get_model(), ModelWrapper::BPE(_)) {
+            return Err(anyhow!("BPE training produced another model type"));
+        }
+        Self::from_hf(tok)
+    }
+
+    pub fn load(path: &Path) -> Result<Self> {
+        let inner = HfTokenizer::from_file(path)
+            .map_err(|e| anyhow!("loading tokenizer {}: {e}", path.display()))?;
+        Self::from_hf(inner)
+    }
+
+    pub fn save(&self, path: &Path) -> Result<()> {
+        self.inner
+            .save(path, true)
+            .map_err(|e| anyhow!("saving tokenizer {}: {e}", path.display()))
+    }
+
+    pub fn vocab_size(&self) -> usize {
+        self.inner.get_vocab_size(true)
+    }
+
+    /// Ids of `text` (no special tokens added).
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
+        let enc = self
+            .inner
+            .encode_fast(text, false)
+            .map_err(|e| anyhow!("encoding: {e}"))
+            .context("tokenizing text")?;
+        Ok(enc.get_ids().to_vec())
+    }
+
+    pub fn decode(&self, ids: &[u32]) -> Result<String> {
+        self.inner
+            .decode(ids, false)
+            .map_err(|e| anyhow!("decoding: {e}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn byte_tokenizer_ids_are_bytes_plus_two() {
+        let t = Tokenizer::byte().unwrap();
+        assert_eq!(t.vocab_size(), 258);
+        assert_eq!((t.bos_id, t.eot_id), (0, 1));
+        let text = "Hé <|bos|>!\n";
+        let ids = t.encode(text).unwrap();
+        let mut want: Vec<u32> = Vec::new();
+        for part in ["Hé ".as_bytes(), &[], "!\n".as_bytes()] {
+            want.extend(part.iter().map(|&b| b as u32 + 2));
+        }
+        want.insert(4, 0); // the special token in the middle ("H", "é" = 2 bytes, " ")
+        assert_eq!(ids, want);
+        assert_eq!(t.decode(&ids).unwrap(), text);
+    }
+
+    #[test]
+    fn bpe_trains_to_the_requested_size_and_roundtrips() {
+        let text = "the cat sat on the mat. the cat ate the rat. ".repeat(50);
+        let t = Tokenizer::train_bpe(300, [text.as_str()].into_iter()).unwrap();
+        assert!(
+            t.vocab_size() <= 300 && t.vocab_size() > 258,
+            "{}",
+            t.vocab_size()
+        );
+        let ids = t.encode("the cat sat").unwrap();
+        assert!(
+            ids.len() < "the cat sat".len(),
+            "merges shorten the sequence: {ids:?}"
+        );
+        assert_eq!(t.decode(&ids).unwrap(), "the cat sat");
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("tokenizer.json");
+        t.save(&p).unwrap();
+        let back = Tokenizer::load(&p).unwrap();
+        assert_eq!(
+            back.encode("the rat sat").unwrap(),
+            t.encode("the rat sat").unwrap()
+        );
+    }
+}
