@@ -28,14 +28,20 @@ dropped from the end of the largest domain until they fit, and the manifest list
 """
 from __future__ import annotations
 
-import argparse
+import os
+import sys
+
+# Python puts this script's folder first on sys.path, where a sibling script named like a
+# standard module (scripts/tokenize.py) would shadow it; this script needs nothing from there.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
+
+import argparse  # noqa: E402 (after the sys.path fix)
 import configparser
 import hashlib
 import json
-import os
 import re
 import subprocess
-import sys
 import tarfile
 import zipfile
 from dataclasses import dataclass
@@ -169,13 +175,17 @@ class Domain:
         return f"{DOC_SEPARATOR}\n".join(d.text for d in self.documents)
 
 
+CONTROL_CHARS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+
+
 def finish_text(lines: list[str]) -> str:
-    """Join lines into a document: no trailing spaces, at most two blank lines in a row, no
-    leading or trailing blank lines, one final newline."""
+    """Join lines into a document: no control characters (a DOS end-of-file ^Z ends one
+    Gutenberg file) or trailing spaces, at most two blank lines in a row, no leading or
+    trailing blank lines, one final newline."""
     out: list[str] = []
     blanks = 0
     for line in lines:
-        line = line.rstrip()
+        line = CONTROL_CHARS.sub("", line).rstrip()
         if line == DOC_SEPARATOR:
             raise ValueError("a document contains the separator line")
         blanks = blanks + 1 if not line else 0
@@ -229,37 +239,57 @@ def brown_word(token: str) -> str:
     return word if slash else token
 
 
+INCHES = re.compile(r"^(.*\d)''$")
+
+
 def dedouble(words: list[str]) -> list[str]:
-    """Undo the tagged text's doubled punctuation: `; ;` -> `;`, and `Jr. .` -> `Jr.` (an
-    abbreviation that ends a sentence is followed by a separate period token)."""
+    """Undo three quirks of the tagged text: doubled sentence-final punctuation (`; ;` ->
+    `;`); a separate period after an abbreviation that ends a sentence (`Jr. .` -> `Jr.`);
+    and inch marks, written `12''` and followed by a stray `''` token (-> `12"`)."""
     out: list[str] = []
     for w in words:
-        if out and ((w in DOUBLED and out[-1] == w)
-                    or (w == "." and len(out[-1]) > 1 and out[-1].endswith("."))):
+        prev = out[-1] if out else ""
+        doubled = w in DOUBLED and prev == w
+        abbreviation = w == "." and len(prev) > 1 and prev.endswith(".")
+        after_inches = w == "''" and prev.endswith('"') and prev[:-1][-1:].isdigit()
+        if doubled or abbreviation or after_inches:
             continue
-        out.append(w)
+        m = INCHES.match(w)
+        out.append(m.group(1) + '"' if m else w)
     return out
 
 
-def detokenize(words: list[str], quote_open: list[bool]) -> str:
+def single_quote_opens(prev: str | None, nxt: str | None, open_now: bool) -> bool:
+    """Whether a `'` token (a single quotation mark) opens a quote, from its neighbours:
+    it closes before the end or before punctuation, opens at the start or after an opening
+    bracket/quote/dash, and otherwise alternates within the sentence."""
+    if nxt is None or nxt in NO_SPACE_BEFORE or nxt == "''":
+        return False
+    if prev is None or prev in NO_SPACE_AFTER or prev in {"``", ",", ":"}:
+        return True
+    return not open_now
+
+
+def detokenize(words: list[str]) -> str:
     """Join one sentence's words with spaces, attaching punctuation to its neighbours.
 
-    ``` `` ``` and `''` become `"`. A single `'` token is a single quotation mark whose
-    direction is unknown: it opens when no quote is open (and a word follows), else it closes;
-    `quote_open` carries that state across the sentences of a paragraph. A comma, period,
-    question or exclamation mark right after a closing quote moves inside it.
+    ``` `` ``` and `''` become `"`; a single `'` token opens or closes a single quote as
+    `single_quote_opens` decides. A comma, period, question or exclamation mark right after
+    a closing quote moves inside it.
     """
     pieces: list[tuple[str, bool, bool]] = []  # (text, glue to previous, glue to next)
     words = dedouble(words)
+    single_open = False
     for i, w in enumerate(words):
         if w == "``":
             pieces.append(('"', False, True))
         elif w == "''":
             pieces.append(('"', True, False))
         elif w == "'":
-            opening = not quote_open[0] and i + 1 < len(words)
-            quote_open[0] = opening
-            pieces.append(("'", not opening, opening))
+            prev = words[i - 1] if i > 0 else None
+            nxt = words[i + 1] if i + 1 < len(words) else None
+            single_open = single_quote_opens(prev, nxt, single_open)
+            pieces.append(("'", not single_open, single_open))
         else:
             pieces.append((w, w in NO_SPACE_BEFORE, w in NO_SPACE_AFTER))
     for i in range(len(pieces) - 1):
@@ -292,9 +322,8 @@ def brown_document(raw: str) -> str:
     for para in paragraphs:
         if not para:
             continue
-        quote_open = [False]
         for sentence in para:
-            lines.append(detokenize([brown_word(t) for t in sentence.split()], quote_open))
+            lines.append(detokenize([brown_word(t) for t in sentence.split()]))
         lines.append("")
     return finish_text(lines)
 
@@ -314,10 +343,12 @@ def brown_licence(files: dict[str, bytes]) -> tuple[str, str]:
              "1964, revised 1971 and 1979; 500 samples of about 2000 words of American English "
              "printed in 1961, 15 genres (CONTENTS, cats.txt). Part-of-speech tags stripped and "
              "tokens re-joined with punctuation spacing repaired; ``/'' became \"; one sentence "
-             "per line, paragraphs separated by a blank line; one sample = one document. The "
-             "original's codes for symbols and Greek letters in formulas (e.g. **b, **yl) are "
-             "kept as they are. Not in the embedded corpus because the text is not public "
-             "domain.")
+             "per line, paragraphs separated by a blank line; one sample = one document. Undone "
+             "tokenizer quirks: doubled sentence-final ; ? ! :, a period token after a "
+             "sentence-final abbreviation, inch marks 12'' + stray ''. Kept as in the source: "
+             "the placeholder Af for omitted formulas (about 1000 times, mostly in "
+             "brown_learned) and codes such as **b, **yl for symbols and Greek letters. Not in "
+             "the embedded corpus because the text is not public domain.")
     return licence, notes
 
 
@@ -444,9 +475,10 @@ def drop_title_pages(lines: list[str]) -> list[str]:
 
 
 def milton_poetical_works(lines: list[str]) -> tuple[list[str], list[str]]:
-    """Split Beeching's 1900 Poetical Works (the package's `poetical_works_gut.txt`) into the
-    minor poems and Samson Agonistes, leaving out the editor's preface, the stationer's note,
-    the facsimile title pages and the appendix of manuscript spellings."""
+    """Split H. C. Beeching's edition of the Poetical Works (preface 1899; the package's
+    `poetical_works_gut.txt`) into the minor poems and Samson Agonistes, leaving out the
+    editor's preface, the stationer's note, the facsimile title pages and the appendix of
+    manuscript spellings."""
     lines = drop_title_pages(lines)
     start = index_of(lines, "MISCELLANEOUS POEMS.")
     samson = index_of(lines, "SAMSON AGONISTES", start)
@@ -479,7 +511,7 @@ SHAKESPEARE_NOTES = (
     "(Globe-based) texts (*_gut.txt), 42 works: 37 plays, the Sonnets, The Rape of Lucrece, A "
     "Lover's Complaint, The Passionate Pilgrim, The Phoenix and the Turtle (Venus and Adonis "
     "is not in the package). Cymbeline uses the First Folio text (cymbeline_gut_f.txt) "
-    "because the modern one lacks Acts III and IV; the other 35 First Folio texts are left "
+    "because the modern one lacks Acts III and IV; the other 34 First Folio texts are left "
     "out as duplicates. milton: Areopagitica, Paradise Lost, Paradise Regained, and from "
     "Beeching's Poetical Works (old spelling) the 1645/1673 minor poems and Samson Agonistes, "
     "without the editor's preface, notes, transcriber's notes and appendix; margin line "
@@ -487,8 +519,8 @@ SHAKESPEARE_NOTES = (
     "copies), the modern-spelling L'Allegro/Il Penseroso/Comus/Lycidas (also in the minor "
     "poems), Bell's 1891 Comus edition (mostly an editor's introduction and notes) and "
     "Poemata (Cowper's translations of the Latin poems, with footnotes). Text otherwise as in "
-    "the package: CRLF -> LF, trailing spaces and runs of more than two blank lines removed, "
-    "'>From' mail escapes undone.")
+    "the package: CRLF -> LF, control characters (a DOS ^Z), trailing spaces and runs of more "
+    "than two blank lines removed, '>From' mail escapes undone.")
 
 
 def shakespeare_licence(files: dict[str, bytes]) -> str:
@@ -502,12 +534,12 @@ def shakespeare_licence(files: dict[str, bytes]) -> str:
                 "\nLicense: MIT\n" in pkg_info]
     if not all(expected):
         sys.exit("error: shakespeare: licence statements differ from what this script expects")
-    return ("Texts: public domain (Shakespeare d. 1616, Milton d. 1674; AUTHORS.txt: \"we have "
-            "only used texts that were stated to be in the public domain\" from Project "
-            "Gutenberg, with mentions of Project Gutenberg removed). Package: MIT for code "
-            "(PKG-INFO, COPYING.txt); COPYING.txt places 'all remaining content' under CC BY "
-            "2.5, (c) Open Knowledge Foundation: credit Open Shakespeare / Open Knowledge "
-            "Foundation.")
+    return ("Texts: public domain (Shakespeare d. 1616, Milton d. 1674; AUTHORS.txt: the "
+            "texts come from Project Gutenberg and \"we have only used texts that were stated "
+            "to be in the public domain\", with mentions of Project Gutenberg removed). "
+            "Package: MIT for code (PKG-INFO, COPYING.txt); COPYING.txt places 'all remaining "
+            "content' under CC BY 2.5, (c) Open Knowledge Foundation: credit Open Shakespeare / "
+            "Open Knowledge Foundation.")
 
 
 # --------------------------------------------------------------------------------------------
@@ -644,13 +676,14 @@ def build(args: argparse.Namespace, out: Path, default_out: Path) -> None:
     """Fetch the sources, build the domains and write the corpus into `out`."""
     print(f"fetching sources into {args.cache}", flush=True)
     shakespeare_files = read_archive(fetch(SHAKESPEARE, args.cache))
+    brown_archive = None if args.embedded else fetch(BROWN, args.cache)
+    print("cleaning texts", flush=True)
     domains: list[Domain] = []
     sources: list[dict] = []
-    if not args.embedded:
-        brown, licence, notes = brown_domains(fetch(BROWN, args.cache))
+    if brown_archive is not None:
+        brown, licence, notes = brown_domains(brown_archive)
         domains += brown
         sources.append(source_entry(BROWN, licence, notes))
-    print("cleaning texts", flush=True)
     domains += [shakespeare_domain(shakespeare_files), milton_domain(shakespeare_files)]
     sources.append(source_entry(SHAKESPEARE, shakespeare_licence(shakespeare_files),
                                 SHAKESPEARE_NOTES))

@@ -171,8 +171,8 @@ def compare_tag(report, acc, kind, tag, expected, rel_tol, abs_tol):
     if any(b <= a for a, b in zip(steps_in_order, steps_in_order[1:])):
         report.warn(
             f"{name}: steps do not strictly increase in file order {steps_in_order[:20]}"
-            f"{'...' if len(steps_in_order) > 20 else ''}; TensorBoard's data server keeps only "
-            "the points after the last step decrease"
+            f"{'...' if len(steps_in_order) > 20 else ''}; TensorBoard's data server (its default "
+            "loader) drops earlier points whose step is >= a later, lower step"
         )
     got = sorted(raw, key=lambda p: p[0])
     want = sorted((list(e) for e in expected), key=lambda e: e[0])

@@ -706,6 +706,11 @@ fn explain(message: &str) -> String {
         return format!("unknown choice {rest}");
     }
     if let Some(rest) = m.strip_prefix("invalid type: ") {
+        let rest = rest
+            .replace("expected f64", "expected a number")
+            .replace("expected usize", "expected a non-negative integer")
+            .replace("expected u64", "expected a non-negative integer")
+            .replace("expected u32", "expected a non-negative integer");
         return format!("wrong type: {rest}");
     }
     m.to_string()

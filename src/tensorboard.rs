@@ -27,8 +27,8 @@
 //! of a string that itself contains embedded CRCs is problematic; see [`masked_crc32c`].
 //!
 //! The first record must be an `Event` carrying only `wall_time` and
-//! `file_version = "brain.Event:2"`. The version matters: with version 2, TensorBoard's loader
-//! only discards ("purges") data when it sees a `SessionLog.START` event (see
+//! `file_version = "brain.Event:2"`. The version matters: with version 2, TensorBoard's Python
+//! loader only discards ("purges") data when it sees a second `SessionLog.START` event (see
 //! [`EventWriter::add_session_start`]); without it, it would purge on any step that goes
 //! backwards.
 //!
@@ -98,7 +98,8 @@ pub fn masked_crc32c(data: &[u8]) -> u32 {
 
 /// Applies TensorFlow's CRC mask to an already computed CRC-32C.
 fn mask_crc(crc: u32) -> u32 {
-    ((crc >> 15) | (crc << 17)).wrapping_add(MASK_DELTA)
+    // `rotate_right(15)` is `(crc >> 15) | (crc << 17)`.
+    crc.rotate_right(15).wrapping_add(MASK_DELTA)
 }
 
 /// Frames `data` as one TFRecord: length (u64 LE), masked CRC of the 8 length bytes (u32 LE),
@@ -579,9 +580,13 @@ fn now() -> f64 {
 ///
 /// Every `add_*` call appends one `Event` record to a buffered file; call [`flush`] to make
 /// the data visible to a running TensorBoard (the writer also flushes when dropped, ignoring
-/// errors). Steps are `i64`; TensorBoard orders points by step, so a series may be written in
-/// any order, but each `(tag, step)` pair should be written once. Tags are free-form; `/`
-/// groups them into sections in the UI.
+/// errors). Tags are free-form; `/` groups them into sections in the UI.
+///
+/// Steps are `i64`. Write each tag's steps in strictly increasing order (across all files
+/// of the directory, which TensorBoard reads in file-name order): TensorBoard's default data
+/// server takes a step that is not above the tag's previous one for a restart and drops the
+/// earlier points with step `>=` it, while the Python loader keeps both; see
+/// [`add_session_start`](Self::add_session_start).
 ///
 /// [`flush`]: EventWriter::flush
 pub struct EventWriter {
@@ -729,11 +734,21 @@ impl EventWriter {
         self.write_values(step, &[encode_value(tag, &ValueKind::Text(text))])
     }
 
-    /// Writes `SessionLog { status: START }` at `step`. Use it when resuming a run from a
-    /// checkpoint taken at `step` into a directory that already holds events: TensorBoard
-    /// discards the previously loaded points of *all* tags with step `>= step` when it reads
-    /// this record, so the re-done steps are not shown twice. Points written after it (in
-    /// this file) are kept.
+    /// Writes `SessionLog { status: START }` at `step`, for resuming a run in a directory
+    /// that already holds its events.
+    ///
+    /// TensorBoard has two loaders, which handle a restart differently:
+    /// * the Python loader (`--load_fast=false`, and `EventAccumulator`) ignores the *first*
+    ///   START it reads in a run; every later START discards the points of *all* tags with
+    ///   step `>= step` read so far. So call this at the start of every session, including
+    ///   the first (at its first step, usually 0), and at the resumed step on a resume.
+    /// * the Rust data server (`--load_fast=auto`, the default where it is installed) ignores
+    ///   session logs; instead, per tag, a point whose step is not above the previous one
+    ///   discards the earlier points with step `>= ` its step. A resumed run that re-writes
+    ///   steps gets the same result.
+    ///
+    /// Do not call it in a writer that shares a directory with a writer still running (say,
+    /// an evaluation job): the Python loader would discard that writer's later points.
     pub fn add_session_start(&mut self, step: i64) -> io::Result<()> {
         self.write_event(&encode_session_start_event(now(), step))
     }

@@ -93,9 +93,13 @@ impl Recorder {
             .append(true)
             .open(&path)
             .with_context(|| format!("opening {}", path.display()))?;
+        let mut tb = EventWriter::create(&run_dir.join("tb"))
+            .with_context(|| format!("creating TensorBoard writer in {}", run_dir.display()))?;
+        // A session start at the resume step makes TensorBoard's Python loader drop any points
+        // a killed run wrote after its last checkpoint.
+        tb.add_session_start(resume_step.unwrap_or(0) as i64)?;
         Ok(Self {
-            tb: EventWriter::create(&run_dir.join("tb"))
-                .with_context(|| format!("creating TensorBoard writer in {}", run_dir.display()))?,
+            tb,
             jsonl,
             start: Instant::now(),
         })
@@ -307,6 +311,12 @@ pub fn train(
         None
     };
     std::fs::create_dir_all(&run_dir).with_context(|| format!("creating {}", run_dir.display()))?;
+    if resume_from.is_none() {
+        // A fresh start (also `--resume` of a run killed before its first checkpoint): records
+        // of an earlier attempt would duplicate steps.
+        std::fs::remove_file(run_dir.join("metrics.jsonl")).ok();
+        std::fs::remove_dir_all(run_dir.join("tb")).ok();
+    }
     let resumed_step = resume_from.as_ref().map(|(s, _)| *s);
     checkpoint::write_atomic(&resolved_path, exp.to_toml().as_bytes())?;
     let prov = Provenance::collect(exp.run.device, exp.run.seed, resumed_step);
@@ -390,21 +400,25 @@ pub fn train(
         last_sink1: None,
         tokens_per_s: 0.0,
     };
-    let measure =
+    let eval =
         |model: &Lm, step: u64, rec: &mut Recorder, summary: &mut TrainSummary| -> Result<()> {
             let v = eval_loss(model, &val, chunk, &base_device);
+            rec.scalars(step, &[("val/loss".to_string(), v)])?;
+            summary.last_val_loss = Some(v);
+            Ok(())
+        };
+    let probe_all =
+        |model: &Lm, step: u64, rec: &mut Recorder, summary: &mut TrainSummary| -> Result<()> {
             let report = probe_metrics(model, &probe, chunk, exp, &base_device);
-            let mut scalars = vec![("val/loss".to_string(), v)];
-            scalars.extend(report.scalars());
-            rec.scalars(step, &scalars)?;
+            rec.scalars(step, &report.scalars())?;
             rec.sink_map(step, &report)?;
             rec.flush()?;
-            summary.last_val_loss = Some(v);
             summary.last_sink1 = report.sink1();
             Ok(())
         };
     if start_step == 0 {
-        measure(&model, 0, &mut rec, &mut summary)?;
+        eval(&model, 0, &mut rec, &mut summary)?;
+        probe_all(&model, 0, &mut rec, &mut summary)?;
     }
 
     let bar = if opts.quiet {
@@ -500,13 +514,25 @@ pub fn train(
 
         let last = done == total;
         let stopping = opts.stop_after == Some(done);
-        if done % exp.metrics.every == 0 || done % exp.train.eval_every == 0 || last {
-            measure(&model, done, &mut rec, &mut summary)?;
-            bar.println(format!(
+        let eval_due = done % exp.train.eval_every == 0 || last;
+        let probe_due = done % exp.metrics.every == 0 || last;
+        if eval_due {
+            eval(&model, done, &mut rec, &mut summary)?;
+        }
+        if probe_due {
+            probe_all(&model, done, &mut rec, &mut summary)?;
+        }
+        if eval_due || probe_due {
+            let msg = format!(
                 "step {done}: val loss {:.4}, Sink1(eps=0.3) {:.1}%",
                 summary.last_val_loss.unwrap_or(f64::NAN),
                 summary.last_sink1.unwrap_or(f64::NAN)
-            ));
+            );
+            if opts.quiet {
+                log(&msg);
+            } else {
+                bar.println(msg);
+            }
         }
         if done % exp.train.checkpoint_every == 0 || last || stopping {
             save_checkpoint(&run_dir, exp, &model, &adam, done, vocab)?;

@@ -34,7 +34,11 @@ fn require_python_tensorboard() {
     assert!(
         out.status.success(),
         "Python interpreter `{py}` cannot import tensorboard/numpy ({}); {SETUP_HINT}",
-        String::from_utf8_lossy(&out.stderr).trim()
+        String::from_utf8_lossy(&out.stderr)
+            .trim()
+            .lines()
+            .last()
+            .unwrap_or("")
     );
 }
 
