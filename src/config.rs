@@ -847,6 +847,11 @@ pub fn from_str(name: &str, text: &str) -> Result<Experiment, ConfigErrors> {
     }
 }
 
+/// `x > bound`, false for NaN (so `!greater(x, b)` also rejects NaN).
+fn greater(x: f64, bound: f64) -> bool {
+    x > bound
+}
+
 impl Experiment {
     /// The fully resolved configuration as TOML (every default written out).
     pub fn to_toml(&self) -> String {
@@ -907,7 +912,7 @@ impl Experiment {
                 bad(p, "found 0, expected an integer ≥ 1".into());
             }
         }
-        if m.n_heads > 0 && m.d_model % m.n_heads != 0 {
+        if m.n_heads > 0 && !m.d_model.is_multiple_of(m.n_heads) {
             bad(
                 "model.n_heads",
                 format!(
@@ -917,7 +922,8 @@ impl Experiment {
             );
         }
         if let PositionsConfig::Rope { base } = m.positions {
-            if m.n_heads > 0 && m.d_model % m.n_heads == 0 && m.d_head() % 2 != 0 {
+            if m.n_heads > 0 && m.d_model.is_multiple_of(m.n_heads) && !m.d_head().is_multiple_of(2)
+            {
                 bad(
                     "model.positions",
                     format!(
@@ -926,7 +932,7 @@ impl Experiment {
                     ),
                 );
             }
-            if !(base > 1.0) {
+            if !greater(base, 1.0) {
                 bad(
                     "model.positions.base",
                     format!("found {base}, expected a number > 1"),
@@ -934,7 +940,7 @@ impl Experiment {
             }
         }
         let NormConfig::RmsNorm { eps } = m.norm;
-        if !(eps > 0.0) {
+        if !greater(eps, 0.0) {
             bad(
                 "model.norm.eps",
                 format!("found {eps}, expected a number > 0"),
@@ -1042,7 +1048,7 @@ impl Experiment {
                 );
             }
         }
-        if !(o.eps > 0.0) {
+        if !greater(o.eps, 0.0) {
             bad(
                 "optim.eps",
                 format!("found {}, expected a number > 0", o.eps),
@@ -1055,7 +1061,7 @@ impl Experiment {
             );
         }
         if let Some(c) = o.grad_clip
-            && !(c > 0.0)
+            && !greater(c, 0.0)
         {
             bad(
                 "optim.grad_clip",
@@ -1087,7 +1093,7 @@ impl Experiment {
 
         // train
         let seq_tokens = t.micro_batch * m.ctx;
-        if seq_tokens > 0 && t.batch_tokens % seq_tokens != 0 {
+        if seq_tokens > 0 && !t.batch_tokens.is_multiple_of(seq_tokens) {
             bad(
                 "train.batch_tokens",
                 format!(

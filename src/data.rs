@@ -551,8 +551,10 @@ mod tests {
     #[test]
     fn mixture_weights_are_applied() {
         let data = toy_dataset();
-        let mut cfg = DataConfig::default();
-        cfg.mixture = Some([("a".to_string(), 3.0), ("b".to_string(), 1.0)].into());
+        let mut cfg = DataConfig {
+            mixture: Some([("a".to_string(), 3.0), ("b".to_string(), 1.0)].into()),
+            ..DataConfig::default()
+        };
         let s = Sampler::new(&data, &cfg, 8, 0).unwrap();
         assert_eq!(s.domain_probabilities(), vec![0.75, 0.25]);
         let mut counts = [0usize; 2];

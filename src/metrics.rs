@@ -42,15 +42,12 @@ pub fn importance(attn: &Array) -> Vec<Vec<Vec<f64>>> {
     };
     assert_eq!(t, t2);
     let mut out = vec![vec![vec![0.0; t]; h]; b];
-    for bi in 0..b {
-        for hi in 0..h {
+    for (bi, seq) in out.iter_mut().enumerate() {
+        for (hi, head) in seq.iter_mut().enumerate() {
             let base = (bi * h + hi) * t * t;
-            for k in 0..t {
-                let mut s = 0.0f64;
-                for q in k..t {
-                    s += attn.data[base + q * t + k] as f64;
-                }
-                out[bi][hi][k] = s / (t - k) as f64;
+            for (k, alpha) in head.iter_mut().enumerate() {
+                let s: f64 = (k..t).map(|q| attn.data[base + q * t + k] as f64).sum();
+                *alpha = s / (t - k) as f64;
             }
         }
     }
@@ -316,7 +313,7 @@ mod tests {
         assert!((imp[0][1][0] - 1.0 / 3.0).abs() < 1e-12);
         assert!((imp[0][1][1] - 0.5).abs() < 1e-12);
         assert!((imp[0][1][2] - 1.0).abs() < 1e-12);
-        let rates = sink_rates(&[imp.clone()], 0.3, 3);
+        let rates = sink_rates(std::slice::from_ref(&imp), 0.3, 3);
         assert_eq!(rates, vec![100.0, 50.0, 50.0]);
         // strict >: α = 0.5 at k=1 is not above 0.5
         let rates = sink_rates(&[imp], 0.5, 3);

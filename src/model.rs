@@ -143,13 +143,13 @@ impl Rope {
         let cos = self
             .cos
             .clone()
-            .slice([0..t])
+            .slice(0..t)
             .unsqueeze_dim::<3>(1)
             .unsqueeze::<4>(); // (1, T, 1, d_h/2)
         let sin = self
             .sin
             .clone()
-            .slice([0..t])
+            .slice(0..t)
             .unsqueeze_dim::<3>(1)
             .unsqueeze::<4>();
         let x1 = x.clone().narrow(3, 0, half);
