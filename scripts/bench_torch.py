@@ -1,0 +1,280 @@
+#!/usr/bin/env python3
+"""PyTorch eager peer of `sinklab bench`: training tokens/s of sinklab's baseline LM.
+
+Usage (PyTorch lives in its own venv; it is not in scripts/requirements.txt):
+
+    python3 -m venv ~/.cache/sinklab-torch-venv
+    ~/.cache/sinklab-torch-venv/bin/pip install torch==2.9.0 numpy   # PyPI's wheel is the CUDA build
+    ~/.cache/sinklab-torch-venv/bin/python scripts/bench_torch.py               # defaults below
+    ~/.cache/sinklab-torch-venv/bin/python scripts/bench_torch.py --attn sdpa --json
+
+Compare it with `sinklab bench experiments/quickstart.toml` (or any experiment with the same
+shapes) on the same machine, with the same number of threads, while nothing else is running.
+
+The model (sinklab's baseline; defaults V=2048, d=128, L=4, H=4, ffn=384, T=128, B=16):
+  - token embedding (V, d), then L pre-norm blocks
+        x = x + Attn(RMSNorm(x));  x = x + SwiGLU(RMSNorm(x))
+    then a final RMSNorm and an untied head Linear(d, V, bias=False);
+  - RMSNorm(x) = x / sqrt(mean(x^2, -1) + 1e-5) * g, with g initialised to 1;
+  - Attn: Wq, Wk, Wv, Wo = Linear(d, d, bias=False); H heads of d_h = d/H; RoPE (base 10000)
+    on q and k with the NeoX/HF "rotate halves" pairing (i, i + d_h/2); scores q.k/sqrt(d_h);
+    causal mask filled with -inf; softmax in float32; @ v; heads concatenated; Wo.
+    `--attn manual` (default) is that, written by hand, as sinklab's attention is;
+    `--attn sdpa` uses F.scaled_dot_product_attention(is_causal=True), for comparison;
+  - SwiGLU(x) = W_down(silu(W_gate x) * (W_up x)); W_gate, W_up: d -> ffn, W_down: ffn -> d,
+    no biases;
+  - init: every Linear weight and the embedding ~ N(0, sqrt(2 / (5 d))); norm gains 1.
+Training step: cross-entropy over all B*T positions (next-token targets, mean), backward,
+global-norm gradient clipping at 1.0 (clip_grad_norm_), AdamW(lr, betas=(0.9, 0.95), eps=1e-8,
+weight_decay=wd) on every parameter (PyTorch's default foreach implementation), zero_grad, and
+loss.item() every step, as a training loop that prints its loss would do.
+
+Data: one batch of random token ids in [2, V) of shape [B, T+1] from a fixed generator,
+split into inputs [:, :-1] and targets [:, 1:], reused every step (speed does not depend on
+the content; `sinklab bench` also reuses one random batch).
+
+Timing, as in `sinklab bench`: torch.set_num_threads(threads); `warmup` steps untimed; then
+`rounds` rounds of `steps` steps, each round timed with time.perf_counter around the whole
+loop. tokens/s per round = B*T*steps / elapsed. The summary is the median round,
+sorted(rounds)[len // 2], which is the same rule sinklab uses.
+Model FLOPs per token = 6*N + 12*L*T*d. N is the number of non-embedding parameters (the head
+and the norm gains included, the token embedding excluded). The second term is attention's
+q.k^T and A.v (2*T*d multiply-adds each per token per layer, forward), times 3 for forward and
+backward. This matches `sinklab bench`. Achieved GFLOP/s = median tokens/s * FLOPs per token
+/ 1e9. MFU divides that by the CPU's fp32 peak, estimated from /proc/cpuinfo in the same way
+as sinklab (cores x MHz x 32 FLOP/cycle with AVX2+FMA, 64 with AVX-512) unless --peak-gflops
+is given. Peak RSS comes from resource.getrusage (ru_maxrss, KiB on Linux).
+"""
+import argparse
+import json
+import math
+import os
+import resource
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, d, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.gain = nn.Parameter(torch.ones(d))
+
+    def forward(self, x):
+        return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.gain
+
+
+def rope_tables(T, dh, base=10000.0):
+    half = dh // 2
+    inv = base ** (-(2.0 * torch.arange(half, dtype=torch.float64)) / dh)
+    ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]  # (T, half)
+    cos = torch.cat([ang.cos(), ang.cos()], dim=-1).float()  # (T, dh)
+    sin = torch.cat([ang.sin(), ang.sin()], dim=-1).float()
+    return cos, sin
+
+
+def rotate_half(x):
+    h = x.shape[-1] // 2
+    return torch.cat([-x[..., h:], x[..., :h]], dim=-1)
+
+
+def apply_rope(x, cos, sin):
+    """x: (B, H, T, dh); pairs (i, i + dh/2): [x1 cos - x2 sin, x1 sin + x2 cos]."""
+    return x * cos + rotate_half(x) * sin
+
+
+class Attention(nn.Module):
+    def __init__(self, d, n_heads, attn_impl):
+        super().__init__()
+        self.h, self.dh, self.impl = n_heads, d // n_heads, attn_impl
+        self.wq = nn.Linear(d, d, bias=False)
+        self.wk = nn.Linear(d, d, bias=False)
+        self.wv = nn.Linear(d, d, bias=False)
+        self.wo = nn.Linear(d, d, bias=False)
+
+    def forward(self, x, cos, sin, causal):
+        B, T, d = x.shape
+        q = self.wq(x).view(B, T, self.h, self.dh).transpose(1, 2)
+        k = self.wk(x).view(B, T, self.h, self.dh).transpose(1, 2)
+        v = self.wv(x).view(B, T, self.h, self.dh).transpose(1, 2)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if self.impl == "sdpa":
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            s = (q @ k.transpose(-2, -1)) / math.sqrt(self.dh)
+            s = s.masked_fill(causal, float("-inf"))
+            a = torch.softmax(s.float(), dim=-1).to(v.dtype)  # float32 softmax (no-ops in fp32)
+            o = a @ v
+        return self.wo(o.transpose(1, 2).reshape(B, T, d))
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, d, ffn):
+        super().__init__()
+        self.w_gate = nn.Linear(d, ffn, bias=False)
+        self.w_up = nn.Linear(d, ffn, bias=False)
+        self.w_down = nn.Linear(ffn, d, bias=False)
+
+    def forward(self, x):
+        return self.w_down(F.silu(self.w_gate(x)) * self.w_up(x))
+
+
+class Block(nn.Module):
+    def __init__(self, d, n_heads, ffn, attn_impl):
+        super().__init__()
+        self.norm1, self.attn = RMSNorm(d), Attention(d, n_heads, attn_impl)
+        self.norm2, self.mlp = RMSNorm(d), SwiGLU(d, ffn)
+
+    def forward(self, x, cos, sin, causal):
+        x = x + self.attn(self.norm1(x), cos, sin, causal)
+        return x + self.mlp(self.norm2(x))
+
+
+class LM(nn.Module):
+    def __init__(self, vocab, d, n_layers, n_heads, ffn, ctx, attn_impl):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d)
+        self.blocks = nn.ModuleList(Block(d, n_heads, ffn, attn_impl) for _ in range(n_layers))
+        self.norm_f = RMSNorm(d)
+        self.head = nn.Linear(d, vocab, bias=False)
+        cos, sin = rope_tables(ctx, d // n_heads)
+        self.register_buffer("cos", cos, persistent=False)
+        self.register_buffer("sin", sin, persistent=False)
+        self.register_buffer("causal", torch.triu(torch.ones(ctx, ctx, dtype=torch.bool), 1),
+                             persistent=False)
+        std = math.sqrt(2.0 / (5.0 * d))
+        for m in self.modules():
+            if isinstance(m, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(m.weight, 0.0, std)
+
+    def forward(self, tokens):
+        T = tokens.shape[1]
+        x = self.embed(tokens)
+        cos, sin, causal = self.cos[:T], self.sin[:T], self.causal[:T, :T]
+        for blk in self.blocks:
+            x = blk(x, cos, sin, causal)
+        return self.head(self.norm_f(x))
+
+
+def cpu_peak_gflops():
+    """Same estimate as sinklab's bench: cores x MHz x FLOP/cycle from /proc/cpuinfo."""
+    try:
+        info = open("/proc/cpuinfo").read()
+    except OSError:
+        info = ""
+    cores = os.cpu_count() or 1
+    mhz = 2000.0
+    for line in info.splitlines():
+        if line.startswith("cpu MHz"):
+            try:
+                mhz = float(line.split(":")[1])
+            except ValueError:
+                pass
+            break
+    flags = next((l for l in info.splitlines() if l.startswith("flags")), "")
+    per_cycle = 64.0 if " avx512f" in flags else 32.0 if (" fma" in flags and " avx2" in flags) else 8.0
+    return cores * mhz / 1000.0 * per_cycle, f"{cores} cores x {mhz:.0f} MHz x {per_cycle:.0f} FLOP/cycle (from /proc/cpuinfo)"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--vocab", type=int, default=2048)
+    ap.add_argument("--d-model", type=int, default=128)
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--ffn", type=int, default=384)
+    ap.add_argument("--ctx", type=int, default=128)
+    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--steps", type=int, default=30, help="steps per timed round")
+    ap.add_argument("--warmup", type=int, default=5, help="untimed steps first")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
+    ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--wd", type=float, default=0.1)
+    ap.add_argument("--attn", choices=["manual", "sdpa"], default="manual")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--peak-gflops", type=float, default=None, help="override the CPU peak estimate for MFU")
+    ap.add_argument("--json", action="store_true", help="print one JSON line with the results")
+    args = ap.parse_args()
+    assert args.d_model % args.heads == 0 and (args.d_model // args.heads) % 2 == 0
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    B, T, V, d, L = args.batch, args.ctx, args.vocab, args.d_model, args.layers
+    model = LM(V, d, L, args.heads, args.ffn, T, args.attn)
+    model.train()
+    params = list(model.parameters())
+    opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=args.wd)
+
+    gen = torch.Generator().manual_seed(args.seed)
+    batch = torch.randint(2, V, (B, T + 1), generator=gen)
+    inputs, targets = batch[:, :-1].contiguous(), batch[:, 1:].contiguous()
+
+    def step():
+        logits = model(inputs)
+        loss = F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        opt.zero_grad()
+        return loss.item()
+
+    first_loss = None
+    for _ in range(args.warmup):
+        l = step()
+        first_loss = l if first_loss is None else first_loss
+    rounds, last_loss = [], None
+    for _ in range(args.rounds):
+        t0 = time.perf_counter()
+        for _ in range(args.steps):
+            last_loss = step()
+        rounds.append(B * T * args.steps / (time.perf_counter() - t0))
+    median = sorted(rounds)[len(rounds) // 2]
+
+    n_params = sum(p.numel() for p in params)
+    n_nonemb = n_params - model.embed.weight.numel()
+    flops_per_token = 6.0 * n_nonemb + 12.0 * L * T * d
+    achieved = median * flops_per_token / 1e9
+    peak, peak_source = (args.peak_gflops, "--peak-gflops") if args.peak_gflops else cpu_peak_gflops()
+    rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    res = {
+        "impl": f"torch {torch.__version__} eager cpu, attn={args.attn}",
+        "params": n_params,
+        "non_embedding_params": n_nonemb,
+        "batch": B,
+        "ctx": T,
+        "steps_per_round": args.steps,
+        "warmup": args.warmup,
+        "rounds_tokens_per_s": rounds,
+        "median_tokens_per_s": median,
+        "flops_per_token": flops_per_token,
+        "achieved_gflops": achieved,
+        "peak_gflops": peak,
+        "peak_source": peak_source,
+        "mfu": achieved / peak,
+        "peak_rss_mib": rss_mib,
+        "threads": torch.get_num_threads(),
+        "loss_first": first_loss,
+        "loss_last": last_loss,
+        "loadavg": os.getloadavg(),
+    }
+    if args.json:
+        print(json.dumps(res))
+        return
+    print(f"torch {torch.__version__} eager CPU, {res['threads']} threads, attention: {args.attn}")
+    print(f"model: V={V} d={d} L={L} H={args.heads} ffn={args.ffn} T={T} B={B}; "
+          f"params {n_params:,} (non-embedding {n_nonemb:,})")
+    print(f"FLOPs/token = 6*N + 12*L*T*d = 6*{n_nonemb} + 12*{L}*{T}*{d} = {flops_per_token:,.0f}")
+    print(f"loss: first warmup step {first_loss:.4f}, last step {last_loss:.4f}")
+    for i, r in enumerate(rounds):
+        print(f"round {i + 1}: {r:,.0f} tokens/s ({args.steps} steps of {B}x{T})")
+    print(f"median: {median:,.0f} tokens/s = {achieved:.2f} GFLOP/s; MFU {100 * achieved / peak:.1f}% "
+          f"of {peak:.0f} GFLOP/s ({peak_source})")
+    print(f"peak RSS {rss_mib:.0f} MiB; load average {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,459 @@
+#!/usr/bin/env python3
+"""Independent NumPy reference for sinklab's sink metrics (REFERENCE.md §4).
+
+Regenerate the fixture the Rust tests compare against (numpy pinned in
+scripts/requirements.txt; `bash scripts/setup_python.sh` creates the venv):
+
+    ~/.cache/sinklab-venv/bin/python scripts/reference_metrics.py
+        # writes tests/fixtures/metrics_golden.json (deterministic: same bytes every run)
+
+Nothing here imports sinklab or reads src/metrics.rs: every metric is written from its
+definition with plain loops, in float64. Positions are 0-based ("token 1" = index 0).
+
+Inputs (deterministic, from numpy.random.default_rng with fixed seeds) are float32 values:
+each JSON number is the shortest decimal that round-trips to that float32, so a reader that
+parses it as f64 and casts to f32 gets the float32 value bit for bit. Expected values are
+computed in float64 *from those float32 values* (float32 -> float64 is exact), so an
+implementation that holds f32 and accumulates in f64 should agree to ~1e-12 relative.
+Random attention is a causal softmax of generated logits, quantised to multiples of 1e-6
+(each row's largest entry takes the rounding residual, so rows sum to 1 exactly in decimal
+and within float32 precision as stored; entries below 5e-7 become exact zeros). Random
+hidden states, keys and values are rounded to 4 decimals before the float32 rounding.
+
+Definitions, per layer l, sequence b, head h (A = attention probabilities [B, H, T, T],
+causal, rows sum to 1; h = hidden states [B, T, D]; k, v = keys/values [B, H, T, d_h]):
+  alpha[l,b,h,k]      = 1/(T-k) * sum_{t=k}^{T-1} A[l,b,h,t,k]             k = 0..T-1
+  sink_rate[eps][k]   = 100 * mean_{l,b,h} [alpha[l,b,h,k] > eps]  (strict >)
+                        eps in 0.2 0.3 0.4 0.5 0.8, k = 0..min(10,T)-1 (reported as pos k+1)
+  importance_first[l][h] = mean_b alpha[l,b,h,0]
+  entropy[l]          = mean_{b,h,t} -sum_j A log A   (nats, 0 log 0 = 0)
+  norm_ratio[l]       = mean_b ||h[b,0]|| / mean_{b,t>=1} ||h[b,t]||   (ratio of means, L2)
+  norm_first[l], norm_rest[l] = the numerator and the denominator above
+  top3[l]             = mean_b of the 3 largest |h[b,:,:]| (descending)
+  median_abs[l]       = mean_b median(|h[b,:,:]|)  (numpy median: mean of the two middle
+                        values when the count is even)
+  massive_count[l]    = mean_b #{x in h[b]: |x| > 100 and |x| >= 1000 * median(|h[b]|)}
+                        (Sun et al. 2024; strict > 100, non-strict >= 1000x)
+  key_norm_first[l]   = mean_{b,h} ||k[b,h,0]||,  key_norm_rest[l] = mean_{b,h,t>=1} ||k[b,h,t]||
+  value_norm_first/rest likewise for v.
+
+Cases: "random_L3_T12" (strong token-1 sinks, sinks on token 3 = index 2, uniform-ish and
+random heads; injected massive activations that pass and fail each half of the rule),
+"thresholds_T4" (hand-built, importances exactly at or 1e-4 / 2^-10 around the thresholds;
+massive values exactly at 100 and at 1000 x median), "probe_T64" (the real probe length, a sink head and a random head).
+In the random cases every importance is at least MARGIN away from every eps and every |x| is
+well away from both massive thresholds (asserted), so f32-vs-f64 rounding cannot flip a count.
+"""
+import argparse
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+EPS_GRID = [0.2, 0.3, 0.4, 0.5, 0.8]
+K_MAX = 10
+MARGIN = 1e-5  # minimum |alpha - eps| in the random cases
+DEFAULT_OUT = Path(__file__).resolve().parent.parent / "tests/fixtures/metrics_golden.json"
+
+
+# ---------------------------------------------------------------------------------------
+# Inputs are float32; the JSON holds each one's shortest round-trip decimal.
+
+def as_f32(x):
+    """Round to float32 and return the float64 array of those exact float32 values."""
+    return np.asarray(x, dtype=np.float64).astype(np.float32).astype(np.float64)
+
+
+def f32_json(a):
+    """{"shape", "data"}: data row-major, each value the shortest decimal of its float32."""
+    a32 = np.asarray(a).astype(np.float32)
+    data = []
+    for v in a32.ravel():
+        d = float(str(v))  # shortest decimal that round-trips to this float32
+        assert np.float32(d) == v
+        data.append(d)
+    return {"shape": list(a32.shape), "data": data}
+
+
+# ---------------------------------------------------------------------------------------
+# The metrics, written from the definitions with plain loops (float64).
+
+def importance(attn):
+    """attn [L, B, H, T, T] -> alpha [L, B, H, T]."""
+    L, B, H, T, _ = attn.shape
+    alpha = np.zeros((L, B, H, T))
+    for l in range(L):
+        for b in range(B):
+            for h in range(H):
+                for k in range(T):
+                    s = 0.0
+                    for t in range(k, T):
+                        s += attn[l, b, h, t, k]
+                    alpha[l, b, h, k] = s / (T - k)
+    return alpha
+
+
+def sink_rate(alpha, eps, k_max):
+    L, B, H, T = alpha.shape
+    out = []
+    for k in range(min(k_max, T)):
+        hits = 0
+        total = 0
+        for l in range(L):
+            for b in range(B):
+                for h in range(H):
+                    total += 1
+                    if alpha[l, b, h, k] > eps:
+                        hits += 1
+        out.append(100.0 * hits / total)
+    return out
+
+
+def importance_first(alpha):
+    L, B, H, _ = alpha.shape
+    return [[float(sum(alpha[l, b, h, 0] for b in range(B)) / B) for h in range(H)] for l in range(L)]
+
+
+def entropy(attn):
+    L, B, H, T, _ = attn.shape
+    out = []
+    for l in range(L):
+        total = 0.0
+        rows = 0
+        for b in range(B):
+            for h in range(H):
+                for t in range(T):
+                    e = 0.0
+                    for j in range(T):
+                        a = attn[l, b, h, t, j]
+                        if a > 0.0:
+                            e -= a * math.log(a)
+                    total += e
+                    rows += 1
+        out.append(float(total / rows))
+    return out
+
+
+def l2(vec):
+    return math.sqrt(sum(float(x) * float(x) for x in vec))
+
+
+def hidden_metrics(hidden):
+    """hidden [L, B, T, D] -> dict of per-layer lists."""
+    L, B, T, D = hidden.shape
+    res = {k: [] for k in ("norm_first", "norm_rest", "norm_ratio", "top3", "median_abs", "massive_count")}
+    for l in range(L):
+        first = [l2(hidden[l, b, 0]) for b in range(B)]
+        rest = [l2(hidden[l, b, t]) for b in range(B) for t in range(1, T)]
+        nf = sum(first) / len(first)
+        nr = sum(rest) / len(rest)
+        top = [0.0, 0.0, 0.0]
+        med_sum = 0.0
+        massive = 0
+        for b in range(B):
+            absvals = sorted(abs(float(x)) for x in hidden[l, b].ravel())
+            n = len(absvals)
+            desc = absvals[::-1]
+            for i in range(3):
+                top[i] += desc[i]
+            med = absvals[n // 2] if n % 2 == 1 else 0.5 * (absvals[n // 2 - 1] + absvals[n // 2])
+            assert med == float(np.median(np.abs(hidden[l, b])))
+            med_sum += med
+            for x in absvals:
+                if x > 100.0 and x >= 1000.0 * med:
+                    massive += 1
+        res["norm_first"].append(nf)
+        res["norm_rest"].append(nr)
+        res["norm_ratio"].append(nf / nr)
+        res["top3"].append([v / B for v in top])
+        res["median_abs"].append(med_sum / B)
+        res["massive_count"].append(massive / B)
+    return res
+
+
+def first_rest_norms(x):
+    """x [L, B, H, T, dh] -> ([first per layer], [rest per layer])."""
+    L, B, H, T, _ = x.shape
+    first, rest = [], []
+    for l in range(L):
+        f = [l2(x[l, b, h, 0]) for b in range(B) for h in range(H)]
+        r = [l2(x[l, b, h, t]) for b in range(B) for h in range(H) for t in range(1, T)]
+        first.append(sum(f) / len(f))
+        rest.append(sum(r) / len(r))
+    return first, rest
+
+
+# ---------------------------------------------------------------------------------------
+# Sanity checks on the generated inputs.
+
+def check_attn(attn):
+    L, B, H, T, _ = attn.shape
+    assert np.all(attn >= 0.0)
+    for t in range(T):
+        assert np.all(attn[..., t, t + 1:] == 0.0), "not causal"
+    assert np.allclose(attn.sum(-1), 1.0, atol=1e-6), "rows must sum to 1"
+
+
+def alpha_margin(alpha):
+    return min(abs(a - e) for a in alpha.ravel() for e in EPS_GRID)
+
+
+def massive_margin(hidden):
+    """Smallest relative distance of any |x| > 50 to either massive threshold."""
+    L, B, _, _ = hidden.shape
+    m = math.inf
+    for l in range(L):
+        for b in range(B):
+            a = np.abs(hidden[l, b])
+            med = float(np.median(a))
+            for x in a.ravel():
+                if x > 50.0:
+                    m = min(m, abs(x - 100.0) / 100.0, abs(x - 1000.0 * med) / x)
+    return m
+
+
+# ---------------------------------------------------------------------------------------
+# Input generators.
+
+def softmax_causal(logits):
+    """logits [..., T, T] -> causal softmax (masked entries exactly 0), float64."""
+    T = logits.shape[-1]
+    mask = np.triu(np.ones((T, T), dtype=bool), k=1)
+    s = np.where(mask, -np.inf, logits)
+    s = s - s.max(axis=-1, keepdims=True)
+    e = np.exp(s)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def random_attention(rng, L, B, H, T, kinds):
+    """kinds[l][h] in {"sink0", "sink2", "uniform", "random"}."""
+    logits = np.zeros((L, B, H, T, T))
+    for l in range(L):
+        for h in range(H):
+            kind = kinds[l][h]
+            for b in range(B):
+                if kind == "uniform":
+                    z = rng.normal(0.0, 0.1, size=(T, T))
+                elif kind == "random":
+                    z = rng.normal(0.0, 1.5, size=(T, T))
+                else:
+                    z = rng.normal(0.0, 1.0, size=(T, T))
+                    strength = rng.uniform(3.0, 7.0)
+                    col = 0 if kind == "sink0" else 2
+                    z[:, col] += strength
+                logits[l, b, h] = z
+    a = softmax_causal(logits)
+    # Quantise to multiples of 1e-6 (short JSON), then give each row's largest entry the
+    # rounding residual so that every row sums to exactly 1,000,000 micro-units; the inputs
+    # are the float32 roundings of those decimals (rows sum to 1 within float32 precision).
+    q = np.round(a * 1e6).astype(np.int64)
+    rows = q.reshape(-1, T)
+    rows[np.arange(rows.shape[0]), rows.argmax(-1)] += 1_000_000 - rows.sum(-1)
+    assert np.all(rows.sum(-1) == 1_000_000) and np.all(rows >= 0)
+    a = as_f32(q / 1e6)
+    check_attn(a)
+    return a
+
+
+def random_hidden(rng, L, B, T, D, inject):
+    """Normal residual stream; inject = [(l, b, t, d, value)] sets single entries;
+    entries named in scale = {(l, b): s} multiply the whole sequence first."""
+    h = rng.normal(0.0, 1.0, size=(L, B, T, D))
+    for item in inject:
+        if item[0] == "scale":
+            _, l, b, s = item
+            h[l, b] *= s
+    for item in inject:
+        if item[0] == "set":
+            _, l, b, t, d, v = item
+            h[l, b, t, d] = v
+    return as_f32(np.round(h, 4))  # 4 decimals keep the JSON short
+
+
+def random_kv(rng, L, B, H, T, dh, first_scale):
+    x = rng.normal(0.0, 1.0, size=(L, B, H, T, dh))
+    for l, s in enumerate(first_scale):
+        x[l, :, :, 0, :] *= s
+    return as_f32(np.round(x, 4))
+
+
+def case_random_l3_t12():
+    rng = np.random.default_rng(20261122)
+    L, B, H, T, D, dh = 3, 4, 4, 12, 16, 4
+    kinds = [
+        ["sink0", "sink2", "uniform", "random"],
+        ["sink0", "sink0", "sink2", "uniform"],
+        ["sink0", "random", "sink0", "sink2"],
+    ]
+    for _ in range(100):  # deterministic: resample until every alpha clears the margin
+        attn = random_attention(rng, L, B, H, T, kinds)
+        if alpha_margin(importance(attn)) > MARGIN:
+            break
+    else:
+        raise RuntimeError("could not draw attention away from the thresholds")
+    inject = [
+        # layer 0: token 1 just a bit larger (no massive activation)
+        ("set", 0, 0, 0, 1, 6.0),
+        # layer 1: 2000 passes, 500 fails 1000 x median (~0.67), -1500 passes (|x|)
+        ("set", 1, 0, 0, 3, 2000.0),
+        ("set", 1, 1, 0, 3, 500.0),
+        ("set", 1, 2, 0, 5, -1500.0),
+        # layer 2: two massive in b0; b1 scaled by 0.01 (1000 x median ~ 6.7) so 90 fails
+        # "> 100" while 120 passes; b2 a massive value away from token 1; b3 800 fails
+        ("set", 2, 0, 0, 3, 2000.0),
+        ("set", 2, 0, 0, 7, 1200.0),
+        ("scale", 2, 1, 0.01),
+        ("set", 2, 1, 0, 3, 90.0),
+        ("set", 2, 1, 0, 4, -120.0),
+        ("set", 2, 2, 5, 3, 2500.0),
+        ("set", 2, 3, 0, 3, 800.0),
+    ]
+    hidden = random_hidden(rng, L, B, T, D, inject)
+    keys = random_kv(rng, L, B, H, T, dh, first_scale=[1.0, 0.3, 3.0])
+    values = random_kv(rng, L, B, H, T, dh, first_scale=[1.0, 0.1, 0.05])
+    desc = ("random logits: per layer heads with a strong token-1 sink (+3..7 logit on key 0), "
+            "a sink on token 3 (key index 2), near-uniform and random heads; hidden states "
+            "N(0,1) with injected massive values (pass/fail each half of the rule)")
+    return "random_L3_T12", desc, attn, hidden, keys, values, True
+
+
+def case_thresholds_t4():
+    # Attention [L=1, B=2, H=2, T=4], built by hand. alpha_k = column sum from row k / (T-k).
+    A = np.zeros((1, 2, 2, 4, 4))
+    # b0 h0: alpha = [0.5 exactly (dyadic: fails > 0.5), 0.3001, 0.3999, 0.2999]
+    A[0, 0, 0] = [[1, 0, 0, 0],
+                  [0.5, 0.5, 0, 0],
+                  [0.25, 0.25, 0.5, 0],
+                  [0.25, 0.1503, 0.2998, 0.2999]]
+    # b0 h1: alpha = [0.5 - 2^-10 (dyadic), 0.26786875, 0.2001, 0.8001]; explicit zero at A[3,1]
+    A[0, 0, 1] = [[1, 0, 0, 0],
+                  [0.75, 0.25, 0, 0],
+                  [0.125, 0.55360625, 0.32139375, 0],
+                  [0.12109375, 0.0, 0.07880625, 0.8001]]
+    # b1 h0: attend to self: alpha = [1/4, 1/3, 1/2 exactly (fails > 0.5), 1]
+    A[0, 1, 0] = np.eye(4)
+    # b1 h1: everything on token 1: alpha = [1, 0, 0, 0]
+    A[0, 1, 1] = [[1, 0, 0, 0]] * 4
+    attn = as_f32(A)
+    check_attn(attn)
+
+    # Hidden [L=1, B=2, T=4, D=4], all dyadic so norms and medians are exact.
+    # b0: median |h| = (0.0625 + 0.1875)/2 = 0.125 -> 1000 x median = 125:
+    #     125 passes (>= is non-strict), 124.5 fails, 10000 passes.
+    small0 = [0.015625, 0.03125, 0.046875, 0.0078125, 0.0234375, 0.0390625, 0.0546875,  # 7 below
+              0.0625, 0.1875,                                                         # middle two
+              0.25, 0.5, 1.0, 2.0]                                                    # 4 above
+    # b1: median |h| = (0.03125 + 0.09375)/2 = 0.0625 -> 1000 x median = 62.5:
+    #     100 fails the strict > 100, 100.5 passes, -150 passes.
+    small1 = [0.00390625, 0.0078125, 0.01171875, 0.015625, 0.01953125, 0.0234375, 0.02734375,
+              0.03125, 0.09375,
+              0.125, 0.375, 1.5, 3.0]
+    rng = np.random.default_rng(7)
+    hid = np.zeros((1, 2, 4, 4))
+    for b, (small, big) in enumerate([(small0, {(0, 1): 125.0, (0, 2): 10000.0, (2, 0): 124.5}),
+                                      (small1, {(0, 1): 100.0, (0, 3): 100.5, (3, 2): -150.0})]):
+        slots = [(t, d) for t in range(4) for d in range(4) if (t, d) not in big]
+        vals = [v * s for v, s in zip(rng.permutation(small), rng.choice([-1.0, 1.0], size=13))]
+        for (t, d), v in zip(slots, vals):
+            hid[0, b, t, d] = v
+        for (t, d), v in big.items():
+            hid[0, b, t, d] = v
+    hidden = as_f32(hid)
+    # Keys/values [1, 2, 2, 4, 2]: small integers (3-4-5 triangles for exact norms).
+    kv = np.array([[3, 4], [1, 0], [0, 2], [-6, 8]], dtype=np.float64)
+    keys = as_f32(np.stack([kv, kv * 0.5, -kv, kv[::-1]]).reshape(1, 2, 2, 4, 2))
+    values = as_f32(np.stack([kv[::-1], kv * 0.25, kv * 2, -kv]).reshape(1, 2, 2, 4, 2))
+    desc = ("hand-built T=4: importances exactly at 0.5 and 0.5-2^-10 (dyadic, exact in any "
+            "precision), 0.3001/0.2999/0.3999/0.2001/0.8001 around the other thresholds, "
+            "self-attention and all-on-token-1 heads; massive values exactly 125 = 1000 x median "
+            "(counts), 124.5 (does not), exactly 100 (does not: strict > 100), 100.5 and -150 (count)")
+    return "thresholds_T4", desc, attn, hidden, keys, values, False
+
+
+def case_probe_t64():
+    rng = np.random.default_rng(64)
+    L, B, H, T, D, dh = 1, 2, 2, 64, 8, 4
+    kinds = [["sink0", "random"]]
+    for _ in range(100):
+        attn = random_attention(rng, L, B, H, T, kinds)
+        if alpha_margin(importance(attn)) > MARGIN:
+            break
+    else:
+        raise RuntimeError("could not draw attention away from the thresholds")
+    # 3000 passes 1000 x median (~0.67), 700 does not
+    hidden = random_hidden(rng, L, B, T, D, [("set", 0, 0, 0, 2, 3000.0), ("set", 0, 1, 0, 2, 700.0)])
+    keys = random_kv(rng, L, B, H, T, dh, first_scale=[0.5])
+    values = random_kv(rng, L, B, H, T, dh, first_scale=[0.2])
+    desc = ("T=64 as the real probe (k reported 1..10 of 64): a token-1 sink head and a random head; "
+            "one massive activation that counts and one (700) that does not")
+    return "probe_T64", desc, attn, hidden, keys, values, True
+
+
+# ---------------------------------------------------------------------------------------
+
+def build_case(name, desc, attn, hidden, keys, values, random_case):
+    alpha = importance(attn)
+    # cross-check the loop version against a vectorised one
+    L, B, H, T, _ = attn.shape
+    tri = np.tril(np.ones((T, T)))
+    alpha_vec = (attn * tri).sum(axis=-2) / (T - np.arange(T))
+    assert np.allclose(alpha, alpha_vec, rtol=0, atol=1e-14)
+    if random_case:
+        assert alpha_margin(alpha) > MARGIN
+        assert massive_margin(hidden) > 1e-3, name
+    expected = {
+        "sink_rate": {str(e): sink_rate(alpha, e, K_MAX) for e in EPS_GRID},
+        "importance": {"shape": list(alpha.shape), "data": [float(x) for x in alpha.ravel()]},
+        "importance_first": importance_first(alpha),
+        "entropy": entropy(attn),
+    }
+    hm = hidden_metrics(hidden)
+    expected.update(hm)
+    kf, kr = first_rest_norms(keys)
+    vf, vr = first_rest_norms(values)
+    expected.update(key_norm_first=kf, key_norm_rest=kr, value_norm_first=vf, value_norm_rest=vr)
+    return {
+        "name": name,
+        "description": desc,
+        "attn": f32_json(attn),
+        "hidden": f32_json(hidden),
+        "keys": f32_json(keys),
+        "values": f32_json(values),
+        "expected": expected,
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=str(DEFAULT_OUT), help="output JSON (default: %(default)s)")
+    args = ap.parse_args()
+    cases = [build_case(*c()) for c in (case_random_l3_t12, case_thresholds_t4, case_probe_t64)]
+    out = {
+        "numpy_version": np.__version__,
+        "generated_by": "python3 scripts/reference_metrics.py",
+        "eps": EPS_GRID,
+        "k_max": K_MAX,
+        "conventions": ("inputs are float32 (shortest round-trip decimals, row-major with shape); "
+                        "expected values are float64 computed from those float32 values; "
+                        "sink_rate[eps][k] is position k+1, k < min(k_max, T); "
+                        "median of an even count is the mean of the two middle values"),
+        "cases": cases,
+    }
+    text = json.dumps(out, separators=(",", ":")) + "\n"
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(text)
+    print(f"wrote {args.out} ({len(text) / 1024:.1f} KiB)")
+    for c in cases:
+        e = c["expected"]
+        print(f"  {c['name']}: attn {c['attn']['shape']}, hidden {c['hidden']['shape']}, "
+              f"keys {c['keys']['shape']}")
+        for k, v in e["sink_rate"].items():
+            print(f"    sink_rate eps={k}: {[round(x, 2) for x in v]}")
+        print(f"    importance_first {[[round(x, 4) for x in r] for r in e['importance_first']]}")
+        print(f"    entropy {[round(x, 4) for x in e['entropy']]}  massive {e['massive_count']}  "
+              f"norm_ratio {[round(x, 3) for x in e['norm_ratio']]}")
+
+
+if __name__ == "__main__":
+    main()
