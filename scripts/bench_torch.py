@@ -44,6 +44,10 @@ backward. This matches `sinklab bench`. Achieved GFLOP/s = median tokens/s * FLO
 / 1e9. MFU divides that by the CPU's fp32 peak, estimated from /proc/cpuinfo in the same way
 as sinklab (cores x MHz x 32 FLOP/cycle with AVX2+FMA, 64 with AVX-512) unless --peak-gflops
 is given. Peak RSS comes from resource.getrusage (ru_maxrss, KiB on Linux).
+Contention: each round also reports how many cores other processes kept busy. This is the
+/proc/stat busy and steal time minus this process's own CPU time, divided by the round's wall
+time. A round with more than about 0.1 busy cores was measured on a shared machine. Take the
+median of quiet rounds, or rerun.
 """
 import argparse
 import json
@@ -52,9 +56,14 @@ import os
 import resource
 import time
 
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
+# OpenMP's default busy-waiting makes PyTorch's CPU timings swing 30-fold on a 2-vCPU VM
+# (rounds of 345 to 13,083 tokens/s were seen here); passive waiting gives stable rounds.
+# Set OMP_WAIT_POLICY yourself to override.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import torch  # noqa: E402  (after OMP_WAIT_POLICY, which OpenMP reads at load time)
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 
 class RMSNorm(nn.Module):
@@ -179,6 +188,18 @@ def cpu_peak_gflops():
     return cores * mhz / 1000.0 * per_cycle, f"{cores} cores x {mhz:.0f} MHz x {per_cycle:.0f} FLOP/cycle (from /proc/cpuinfo)"
 
 
+def cpu_ticks():
+    """(busy, steal) seconds since boot over all CPUs from /proc/stat; (nan, nan) elsewhere."""
+    try:
+        f = [int(x) for x in open("/proc/stat").readline().split()[1:]]
+    except (OSError, ValueError):
+        return math.nan, math.nan
+    hz = os.sysconf("SC_CLK_TCK")
+    user, nice, system, idle, iowait, irq, softirq = f[:7]
+    steal = f[7] if len(f) > 7 else 0
+    return (user + nice + system + irq + softirq) / hz, steal / hz
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--vocab", type=int, default=2048)
@@ -226,12 +247,19 @@ def main():
     for _ in range(args.warmup):
         l = step()
         first_loss = l if first_loss is None else first_loss
-    rounds, last_loss = [], None
+    rounds, last_loss, other = [], None, []
     for _ in range(args.rounds):
+        busy0, steal0 = cpu_ticks()
+        own0 = sum(os.times()[:2])
         t0 = time.perf_counter()
         for _ in range(args.steps):
             last_loss = step()
-        rounds.append(B * T * args.steps / (time.perf_counter() - t0))
+        wall = time.perf_counter() - t0
+        rounds.append(B * T * args.steps / wall)
+        busy1, steal1 = cpu_ticks()
+        own = sum(os.times()[:2]) - own0
+        # cores kept busy by other processes (and stolen by the hypervisor) during the round
+        other.append(max(0.0, (busy1 - busy0 - own) + (steal1 - steal0)) / wall)
     median = sorted(rounds)[len(rounds) // 2]
 
     n_params = sum(p.numel() for p in params)
@@ -260,6 +288,7 @@ def main():
         "loss_first": first_loss,
         "loss_last": last_loss,
         "loadavg": os.getloadavg(),
+        "other_busy_cores_per_round": other,
     }
     if args.json:
         print(json.dumps(res))
@@ -270,7 +299,8 @@ def main():
     print(f"FLOPs/token = 6*N + 12*L*T*d = 6*{n_nonemb} + 12*{L}*{T}*{d} = {flops_per_token:,.0f}")
     print(f"loss: first warmup step {first_loss:.4f}, last step {last_loss:.4f}")
     for i, r in enumerate(rounds):
-        print(f"round {i + 1}: {r:,.0f} tokens/s ({args.steps} steps of {B}x{T})")
+        print(f"round {i + 1}: {r:,.0f} tokens/s ({args.steps} steps of {B}x{T}); "
+              f"other processes kept {other[i]:.2f} of {os.cpu_count()} cores busy")
     print(f"median: {median:,.0f} tokens/s = {achieved:.2f} GFLOP/s; MFU {100 * achieved / peak:.1f}% "
           f"of {peak:.0f} GFLOP/s ({peak_source})")
     print(f"peak RSS {rss_mib:.0f} MiB; load average {os.getloadavg()[0]:.2f}")

@@ -292,8 +292,10 @@ impl AdamW {
                     Some(v) => v * b2 + g.square() * (1.0 - b2),
                     None => g.square() * (1.0 - b2),
                 };
-                let m_hat = m.clone() / (1.0 - b1.powi(t));
-                let v_hat = v.clone() / (1.0 - b2.powi(t));
+                // m̂/(sqrt(v̂)+ε) = m·c₁ / (sqrt(v)·c₂ + ε) with c₁ = 1/(1−β₁ᵗ), c₂ = 1/sqrt(1−β₂ᵗ):
+                // the bias corrections fold into scalars (as in PyTorch's implementation).
+                let c1 = 1.0 / (1.0 - b1.powi(t));
+                let c2 = 1.0 / (1.0 - b2.powi(t)).sqrt();
                 let wd = if decays(c.decay, &name, D) {
                     c.weight_decay
                 } else {
@@ -303,7 +305,7 @@ impl AdamW {
                 if wd != 0.0 {
                     p = p * (1.0 - self.lr * wd);
                 }
-                let p = p - m_hat / (v_hat.sqrt() + c.eps) * self.lr;
+                let p = p - m.clone() / (v.clone().sqrt() * c2 + c.eps) * (self.lr * c1);
                 self.opt.m.insert(name.clone(), m);
                 self.opt.v.insert(name, v);
                 let new = Tensor::<D>::from_inner(p.reshape(shape)).require_grad();
