@@ -361,6 +361,16 @@ impl Sampler {
                     .collect()
             }
         };
+        if let Some(ft) = &cfg.fixed_token
+            && ft.token as usize >= data.vocab_size()
+        {
+            bail!(
+                "`data.fixed_token.token` = {} is not a token id of this tokenizer; valid ids are 0..{} \
+                 (0 = <|bos|>, 1 = <|endoftext|>)",
+                ft.token,
+                data.vocab_size()
+            );
+        }
         let total: f64 = weights.iter().sum();
         let need = if cfg.bos { ctx } else { ctx + 1 };
         let mut limits = Vec::new();
