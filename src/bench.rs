@@ -11,8 +11,8 @@ use crate::backend;
 use crate::config::Experiment;
 use crate::data::Batch;
 use crate::model::{self, Lm};
-use crate::optim::{AdamW, GradAccumulator};
-use crate::train::batch_tensors;
+use crate::optim::{self, AdamW};
+use crate::train;
 use anyhow::Result;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
@@ -96,28 +96,20 @@ pub fn run(
         loss_mask: vec![1.0; b * t],
         domains: vec![0; b],
     };
-    let mut step = |model: Lm| -> (Lm, f64) {
-        let (x, y, m) = batch_tensors(&batch, &device);
-        let loss = model::masked_nll(model.forward(x), y, m, (b * t) as f64);
-        let g = loss.backward();
-        let mut acc = GradAccumulator::default();
-        acc.add(&model, &g);
-        let l = loss.into_scalar::<f32>() as f64;
-        let norm = acc.global_norm();
-        let scale = match exp.optim.grad_clip {
-            Some(c) if norm > c => c / (norm + 1e-6),
-            _ => 1.0,
-        };
-        (adam.step(model, &acc, exp.optim.lr, scale), l)
+    let batches = [batch];
+    let mut step = |model: Lm| -> Lm {
+        let (grads, _loss) = train::gradients(&model, &batches, &device);
+        let scale = optim::clip_scale(grads.global_norm(), exp.optim.grad_clip);
+        adam.step(model, &grads, exp.optim.lr, scale)
     };
     for _ in 0..warmup {
-        model = step(model).0;
+        model = step(model);
     }
     let mut tps = Vec::new();
     for _ in 0..rounds {
         let t0 = Instant::now();
         for _ in 0..steps {
-            model = step(model).0;
+            model = step(model);
         }
         tps.push((b * t * steps) as f64 / t0.elapsed().as_secs_f64());
     }

@@ -199,23 +199,20 @@ fn real_main() -> Result<()> {
                 })?),
                 None => None,
             };
-            // Resolve the run's config first to pick the device.
-            let probe_dir = if path.join("state.json").exists() {
-                path.parent().and_then(Path::parent).map(Path::to_path_buf)
-            } else {
-                Some(path.clone())
-            }
-            .ok_or_else(|| anyhow!("{}: not a run or checkpoint directory", path.display()))?;
+            // Read the run's config first to pick the device.
+            let (run_dir0, _) = train::locate_checkpoint(&path)?;
             let text =
-                std::fs::read_to_string(probe_dir.join("resolved.toml")).with_context(|| {
+                std::fs::read_to_string(run_dir0.join("resolved.toml")).with_context(|| {
                     format!(
                         "{}: no resolved.toml (not a sinklab run directory)",
-                        probe_dir.display()
+                        run_dir0.display()
                     )
                 })?;
             let exp0 = config::from_str("resolved.toml", &text)?;
             let device = backend::device(dev_kind.unwrap_or(exp0.run.device))?;
             let (exp, model, run_dir, state) = train::load_checkpoint(&path, &device)?;
+            // A relative cache directory is relative to where training ran; from elsewhere the
+            // shards are rebuilt (deterministically) next to the run instead.
             let mut d = exp.data.clone();
             if !d.cache_dir.is_absolute() && !d.cache_dir.exists() {
                 d.cache_dir = run_dir.join("_cache");

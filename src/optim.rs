@@ -44,6 +44,14 @@ pub fn learning_rate(cfg: &OptimConfig, step: u64, total: u64) -> f64 {
     }
 }
 
+/// The factor that scales gradients to global norm `clip` (1 when within it or unclipped).
+pub fn clip_scale(grad_norm: f64, clip: Option<f64>) -> f64 {
+    match clip {
+        Some(c) if grad_norm > c => c / (grad_norm + 1e-6),
+        _ => 1.0,
+    }
+}
+
 /// Does weight decay apply to this parameter?
 pub fn decays(policy: DecayPolicy, name: &str, rank: usize) -> bool {
     match policy {

@@ -168,6 +168,33 @@ fn slice_batch(b: &Batch, from: usize, to: usize) -> Batch {
     }
 }
 
+/// Forward and backward over the micro-batches of one optimizer step: gradients summed over
+/// micro-batches and the step's mean loss. Each micro-batch's loss is divided by the step's
+/// total number of counted targets, so the sum is the mean over the whole step.
+pub fn gradients(model: &Lm, batches: &[Batch], device: &Device) -> (GradAccumulator, f64) {
+    let denom: f64 = batches
+        .iter()
+        .flat_map(|b| b.loss_mask.iter())
+        .map(|&m| m as f64)
+        .sum();
+    let mut grads = GradAccumulator::default();
+    let mut loss_sum: Option<Tensor<1>> = None;
+    for b in batches {
+        let (x, y, m) = batch_tensors(b, device);
+        let loss = model::masked_nll(model.forward(x), y, m, denom.max(1.0));
+        grads.add(model, &loss.backward());
+        let l = loss.inner();
+        loss_sum = Some(match loss_sum {
+            Some(s) => s + l,
+            None => l,
+        });
+    }
+    let loss = loss_sum
+        .expect("at least one micro-batch")
+        .into_scalar::<f32>() as f64;
+    (grads, loss)
+}
+
 /// Mean next-token loss of a fixed batch, without gradients, in chunks of `chunk` sequences.
 pub fn eval_loss(model: &Lm, batch: &Batch, chunk: usize, device: &Device) -> f64 {
     let model = model.valid();
@@ -244,19 +271,17 @@ pub fn config_digest(exp: &Experiment) -> String {
     data::hex(&Sha256::digest(exp.to_toml().as_bytes()))
 }
 
-/// Load a model from a checkpoint directory (or the newest checkpoint of a run directory).
-pub fn load_checkpoint(
-    path: &Path,
-    device: &Device,
-) -> Result<(Experiment, Lm, PathBuf, CheckpointState)> {
-    let (run_dir, ckpt) = if path.join("state.json").exists() {
+/// `(run directory, checkpoint directory)` for a checkpoint directory or a run directory (whose
+/// newest checkpoint is taken).
+pub fn locate_checkpoint(path: &Path) -> Result<(PathBuf, PathBuf)> {
+    if path.join("state.json").exists() {
         let run_dir = path.parent().and_then(Path::parent).ok_or_else(|| {
             anyhow!(
                 "{}: checkpoint is not inside a run directory",
                 path.display()
             )
         })?;
-        (run_dir.to_path_buf(), path.to_path_buf())
+        Ok((run_dir.to_path_buf(), path.to_path_buf()))
     } else {
         let (_, c) = checkpoint::list_checkpoints(path).pop().ok_or_else(|| {
             anyhow!(
@@ -264,8 +289,16 @@ pub fn load_checkpoint(
                 path.display()
             )
         })?;
-        (path.to_path_buf(), c)
-    };
+        Ok((path.to_path_buf(), c))
+    }
+}
+
+/// Load a model from a checkpoint directory (or the newest checkpoint of a run directory).
+pub fn load_checkpoint(
+    path: &Path,
+    device: &Device,
+) -> Result<(Experiment, Lm, PathBuf, CheckpointState)> {
+    let (run_dir, ckpt) = locate_checkpoint(path)?;
     let resolved = run_dir.join("resolved.toml");
     let text = std::fs::read_to_string(&resolved)
         .with_context(|| format!("reading {}", resolved.display()))?;
@@ -443,27 +476,7 @@ pub fn train(
         let batches: Vec<Batch> = (0..accum)
             .map(|m| sampler.batch(&data, step, m, exp.train.micro_batch))
             .collect();
-        let denom: f64 = batches
-            .iter()
-            .flat_map(|b| b.loss_mask.iter())
-            .map(|&m| m as f64)
-            .sum();
-        let mut grads = GradAccumulator::default();
-        let mut loss_sum: Option<Tensor<1>> = None;
-        for b in &batches {
-            let (x, y, m) = batch_tensors(b, &device);
-            let loss = model::masked_nll(model.forward(x), y, m, denom.max(1.0));
-            let g = loss.backward();
-            grads.add(&model, &g);
-            let l = loss.inner();
-            loss_sum = Some(match loss_sum {
-                Some(s) => s + l,
-                None => l,
-            });
-        }
-        let loss = loss_sum
-            .expect("at least one micro-batch")
-            .into_scalar::<f32>() as f64;
+        let (grads, loss) = gradients(&model, &batches, &device);
         let gnorm = grads.global_norm();
         if !loss.is_finite() || !gnorm.is_finite() {
             bar.abandon();
@@ -478,11 +491,12 @@ pub fn train(
                 run_dir.join("checkpoints").display()
             );
         }
-        let scale = match exp.optim.grad_clip {
-            Some(c) if gnorm > c => c / (gnorm + 1e-6),
-            _ => 1.0,
-        };
-        model = adam.step(model, &grads, lr, scale);
+        model = adam.step(
+            model,
+            &grads,
+            lr,
+            optim::clip_scale(gnorm, exp.optim.grad_clip),
+        );
         let done = step + 1;
         summary.steps_done = done;
         summary.first_loss.get_or_insert(loss);
