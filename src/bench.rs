@@ -8,10 +8,11 @@
 //! AVX-512) unless `--peak-gflops` is given.
 
 use crate::backend;
-use crate::config::Experiment;
+use crate::config::{DeviceKind, Experiment};
 use crate::data::Batch;
 use crate::model::{self, Lm};
 use crate::optim::{self, AdamW};
+use crate::parallel::Workers;
 use crate::train;
 use anyhow::Result;
 use rand::{Rng, SeedableRng};
@@ -23,8 +24,12 @@ pub struct BenchResult {
     pub device: String,
     pub params: usize,
     pub non_embedding_params: usize,
+    /// Sequences per optimizer step (`accumulation × micro_batch`).
     pub batch: usize,
+    pub micro_batch: usize,
     pub ctx: usize,
+    pub workers: usize,
+    pub threads_per_worker: usize,
     pub steps_per_round: usize,
     pub rounds_tokens_per_s: Vec<f64>,
     pub median_tokens_per_s: f64,
@@ -87,18 +92,21 @@ pub fn run(
     let mut model = Lm::new(&exp.model, vocab, exp.run.seed, &device);
     let mut adam = AdamW::new(&exp.optim);
     let (b, t) = (exp.train.micro_batch, exp.model.ctx);
+    let accum = exp.accumulation();
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);
-    let batch = Batch {
-        batch: b,
-        len: t,
-        inputs: (0..b * t).map(|_| rng.gen_range(2..vocab as u32)).collect(),
-        targets: (0..b * t).map(|_| rng.gen_range(2..vocab as u32)).collect(),
-        loss_mask: vec![1.0; b * t],
-        domains: vec![0; b],
-    };
-    let batches = [batch];
+    let batches: Vec<Batch> = (0..accum)
+        .map(|_| Batch {
+            batch: b,
+            len: t,
+            inputs: (0..b * t).map(|_| rng.gen_range(2..vocab as u32)).collect(),
+            targets: (0..b * t).map(|_| rng.gen_range(2..vocab as u32)).collect(),
+            loss_mask: vec![1.0; b * t],
+            domains: vec![0; b],
+        })
+        .collect();
+    let workers = Workers::for_device(exp.run.device == DeviceKind::Flex, accum);
     let mut step = |model: Lm| -> Lm {
-        let (grads, _loss) = train::gradients(&model, &batches, &device);
+        let (grads, _loss) = train::gradients(&model, &batches, &device, &workers);
         let scale = optim::clip_scale(grads.global_norm(), exp.optim.grad_clip);
         adam.step(model, &grads, exp.optim.lr, scale)
     };
@@ -111,7 +119,7 @@ pub fn run(
         for _ in 0..steps {
             model = step(model);
         }
-        tps.push((b * t * steps) as f64 / t0.elapsed().as_secs_f64());
+        tps.push((accum * b * t * steps) as f64 / t0.elapsed().as_secs_f64());
     }
     let mut sorted = tps.clone();
     sorted.sort_by(|a, b| a.partial_cmp(b).expect("finite"));
@@ -128,8 +136,11 @@ pub fn run(
         device: exp.run.device.name().into(),
         params: model::count_params(&model),
         non_embedding_params: n,
-        batch: b,
+        batch: accum * b,
+        micro_batch: b,
         ctx: t,
+        workers: workers.len(),
+        threads_per_worker: workers.threads_per_worker(),
         steps_per_round: steps,
         rounds_tokens_per_s: tps,
         median_tokens_per_s: median,
@@ -139,6 +150,6 @@ pub fn run(
         peak_source,
         mfu: achieved / peak_gflops,
         peak_rss_mib: peak_rss_mib(),
-        threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        threads: rayon::current_num_threads(),
     })
 }

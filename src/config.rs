@@ -416,7 +416,8 @@ pub struct TrainConfig {
     #[serde(default = "default_batch_tokens")]
     pub batch_tokens: usize,
     /// Sequences per forward/backward pass; gradients are accumulated over
-    /// `batch_tokens / (micro_batch × ctx)` passes.
+    /// `batch_tokens / (micro_batch × ctx)` passes, which run concurrently on the CPU cores
+    /// (one worker per core; the result does not depend on the number of workers).
     #[serde(default = "default_micro_batch")]
     pub micro_batch: usize,
     /// Validation loss every N steps (and at the last step).

@@ -14,6 +14,7 @@ pub mod data;
 pub mod metrics;
 pub mod model;
 pub mod optim;
+pub mod parallel;
 pub mod tensorboard;
 pub mod tokenizer;
 pub mod train;

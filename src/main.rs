@@ -291,8 +291,18 @@ fn real_main() -> Result<()> {
                 println!("{}", serde_json::to_string(&r)?);
             } else {
                 println!(
-                    "sinklab bench: {} | {} params ({} non-embedding) | batch {} × ctx {} | {} threads",
-                    r.device, r.params, r.non_embedding_params, r.batch, r.ctx, r.threads
+                    "sinklab bench: {} | {} params ({} non-embedding) | batch {} × ctx {} per step \
+                     ({} micro-batches of {}) | {} threads: {} worker(s) × {}",
+                    r.device,
+                    r.params,
+                    r.non_embedding_params,
+                    r.batch,
+                    r.ctx,
+                    r.batch / r.micro_batch,
+                    r.micro_batch,
+                    r.threads,
+                    r.workers,
+                    r.threads_per_worker
                 );
                 let rounds: Vec<String> = r
                     .rounds_tokens_per_s

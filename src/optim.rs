@@ -216,6 +216,17 @@ impl GradAccumulator {
         });
     }
 
+    /// Add another accumulator's gradients (name by name).
+    pub fn merge(&mut self, other: GradAccumulator) {
+        for (name, g) in other.grads {
+            let sum = match self.grads.remove(&name) {
+                Some(prev) => prev + g,
+                None => g,
+            };
+            self.grads.insert(name, sum);
+        }
+    }
+
     /// Global L2 norm of all gradients (one host read).
     pub fn global_norm(&self) -> f64 {
         let mut total: Option<Tensor<1>> = None;

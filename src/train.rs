@@ -18,6 +18,7 @@ use crate::data::{self, Batch, Dataset, Sampler};
 use crate::metrics::{Array, LayerArrays, SinkReport};
 use crate::model::{self, Lm};
 use crate::optim::{self, AdamW, GradAccumulator};
+use crate::parallel::{self, Workers};
 use crate::tensorboard::{EventWriter, heatmap_rgb};
 use anyhow::{Context, Result, anyhow, bail};
 use burn::module::Module;
@@ -170,28 +171,34 @@ fn slice_batch(b: &Batch, from: usize, to: usize) -> Batch {
 
 /// Forward and backward over the micro-batches of one optimizer step: gradients summed over
 /// micro-batches and the step's mean loss. Each micro-batch's loss is divided by the step's
-/// total number of counted targets, so the sum is the mean over the whole step.
-pub fn gradients(model: &Lm, batches: &[Batch], device: &Device) -> (GradAccumulator, f64) {
+/// total number of counted targets, so the sum is the mean over the whole step. Micro-batches
+/// run concurrently on `workers` (each on its own replica of the model); gradients and losses
+/// are summed in micro-batch order, so the result does not depend on the number of workers.
+pub fn gradients(
+    model: &Lm,
+    batches: &[Batch],
+    device: &Device,
+    workers: &Workers,
+) -> (GradAccumulator, f64) {
     let denom: f64 = batches
         .iter()
         .flat_map(|b| b.loss_mask.iter())
         .map(|&m| m as f64)
         .sum();
+    let parts = workers.map(batches.len(), |i| {
+        let replica = parallel::replica(model);
+        let (x, y, m) = batch_tensors(&batches[i], device);
+        let loss = model::masked_nll(replica.forward(x), y, m, denom.max(1.0));
+        let mut grads = GradAccumulator::default();
+        grads.add(&replica, &loss.backward());
+        (grads, loss.into_scalar::<f32>() as f64)
+    });
     let mut grads = GradAccumulator::default();
-    let mut loss_sum: Option<Tensor<1>> = None;
-    for b in batches {
-        let (x, y, m) = batch_tensors(b, device);
-        let loss = model::masked_nll(model.forward(x), y, m, denom.max(1.0));
-        grads.add(model, &loss.backward());
-        let l = loss.inner();
-        loss_sum = Some(match loss_sum {
-            Some(s) => s + l,
-            None => l,
-        });
+    let mut loss = 0.0;
+    for (g, l) in parts {
+        grads.merge(g);
+        loss += l;
     }
-    let loss = loss_sum
-        .expect("at least one micro-batch")
-        .into_scalar::<f32>() as f64;
     (grads, loss)
 }
 
@@ -422,6 +429,21 @@ pub fn train(
     let chunk = exp.train.micro_batch;
     let total = exp.train.steps;
     let accum = exp.accumulation();
+    let workers = Workers::for_device(exp.run.device == config::DeviceKind::Flex, accum);
+    log(&format!(
+        "{} micro-batch{} of {} sequences per step on {} worker{} × {} thread{}",
+        accum,
+        if accum == 1 { "" } else { "es" },
+        exp.train.micro_batch,
+        workers.len(),
+        if workers.len() == 1 { "" } else { "s" },
+        workers.threads_per_worker(),
+        if workers.threads_per_worker() == 1 {
+            ""
+        } else {
+            "s"
+        },
+    ));
     let tokens_per_step = exp.train.batch_tokens as f64;
 
     let mut summary = TrainSummary {
@@ -476,7 +498,7 @@ pub fn train(
         let batches: Vec<Batch> = (0..accum)
             .map(|m| sampler.batch(&data, step, m, exp.train.micro_batch))
             .collect();
-        let (grads, loss) = gradients(&model, &batches, &device);
+        let (grads, loss) = gradients(&model, &batches, &device, &workers);
         let gnorm = grads.global_norm();
         if !loss.is_finite() || !gnorm.is_finite() {
             bar.abandon();
@@ -537,11 +559,20 @@ pub fn train(
             probe_all(&model, done, &mut rec, &mut summary)?;
         }
         if eval_due || probe_due {
-            let msg = format!(
-                "step {done}: val loss {:.4}, Sink1(eps=0.3) {:.1}%",
-                summary.last_val_loss.unwrap_or(f64::NAN),
-                summary.last_sink1.unwrap_or(f64::NAN)
-            );
+            let mut parts = Vec::new();
+            if eval_due {
+                parts.push(format!(
+                    "val loss {:.4}",
+                    summary.last_val_loss.unwrap_or(f64::NAN)
+                ));
+            }
+            if probe_due {
+                parts.push(format!(
+                    "Sink1(eps=0.3) {:.1}%",
+                    summary.last_sink1.unwrap_or(f64::NAN)
+                ));
+            }
+            let msg = format!("step {done}: {}", parts.join(", "));
             if opts.quiet {
                 log(&msg);
             } else {

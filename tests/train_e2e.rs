@@ -272,3 +272,64 @@ fn non_finite_loss_stops_and_keeps_the_last_good_checkpoint() {
         "the last logged finite step was checkpointed"
     );
 }
+
+/// Micro-batches run concurrently on CPU workers; the summed gradients and the loss must be
+/// bit-identical whatever the number of workers, and equal (to rounding) one pass over the
+/// whole batch.
+#[test]
+fn data_parallel_gradients_do_not_depend_on_the_worker_count() {
+    use rand::{Rng, SeedableRng};
+    use sinklab::data::Batch;
+    use sinklab::model::Lm;
+    use sinklab::parallel::Workers;
+
+    let dir = tempfile::tempdir().unwrap();
+    let exp = tiny_experiment(dir.path(), "dp", &[]);
+    let device = sinklab::backend::device(sinklab::config::DeviceKind::Flex)
+        .unwrap()
+        .autodiff();
+    let model = Lm::new(&exp.model, 258, 3, &device);
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+    let (b, t) = (3, exp.model.ctx);
+    let micro: Vec<Batch> = (0..4)
+        .map(|_| Batch {
+            batch: b,
+            len: t,
+            inputs: (0..b * t).map(|_| rng.gen_range(2..258)).collect(),
+            targets: (0..b * t).map(|_| rng.gen_range(2..258)).collect(),
+            loss_mask: (0..b * t).map(|i| (i % 5 != 0) as u8 as f32).collect(),
+            domains: vec![0; b],
+        })
+        .collect();
+    let host = |g: &sinklab::optim::GradAccumulator| -> Vec<(String, Vec<f32>)> {
+        g.grads
+            .iter()
+            .map(|(k, v)| (k.clone(), v.to_data().try_to_vec::<f32>().unwrap()))
+            .collect()
+    };
+    let (g1, l1) = train::gradients(&model, &micro, &device, &Workers::new(4, 1));
+    assert_eq!(host(&g1).len(), 2 * 9 + 3, "every parameter has a gradient");
+    for threads in [2, 3, 4] {
+        let (g, l) = train::gradients(&model, &micro, &device, &Workers::new(4, threads));
+        assert_eq!(l.to_bits(), l1.to_bits(), "loss with {threads} threads");
+        assert_eq!(host(&g), host(&g1), "gradients with {threads} threads");
+    }
+    // One pass over the 12 sequences gives the same mean loss and gradients to rounding.
+    let whole = Batch {
+        batch: 4 * b,
+        len: t,
+        inputs: micro.iter().flat_map(|m| m.inputs.clone()).collect(),
+        targets: micro.iter().flat_map(|m| m.targets.clone()).collect(),
+        loss_mask: micro.iter().flat_map(|m| m.loss_mask.clone()).collect(),
+        domains: vec![0; 4 * b],
+    };
+    let (gw, lw) = train::gradients(&model, &[whole], &device, &Workers::new(1, 1));
+    assert!((lw - l1).abs() < 1e-5 * lw, "loss {lw} vs {l1}");
+    assert!((5.0..6.0).contains(&lw), "initial loss near ln 258: {lw}");
+    for ((k, a), (_, c)) in host(&gw).iter().zip(host(&g1).iter()) {
+        let scale = a.iter().fold(0f32, |m, x| m.max(x.abs())).max(1e-12);
+        for (x, y) in a.iter().zip(c) {
+            assert!((x - y).abs() <= 1e-4 * scale, "{k}: {x} vs {y}");
+        }
+    }
+}
