@@ -184,6 +184,117 @@ def first_rest_norms(x):
     return first, rest
 
 
+def first_token_mass(attn):
+    """F-Attn per layer: mean_{b,h,i} attn[l,b,h,i,0]."""
+    L, B, H, T, _ = attn.shape
+    out = []
+    for l in range(L):
+        s = 0.0
+        for b in range(B):
+            for h in range(H):
+                for i in range(T):
+                    s += attn[l, b, h, i, 0]
+        out.append(float(s / (B * H * T)))
+    return out
+
+
+def split_attention(raw, slot_cols, sink_tokens, proxy):
+    """raw [L, B, H, S, C] (C = slot_cols + S, S = sink_tokens + T) ->
+    (attn [L, B, H, T, T], slot_mass [L, B, H, T]) for the T real queries (rows N + i)."""
+    L, B, H, S, C = raw.shape
+    N = sink_tokens
+    T = S - N
+    front = slot_cols + N
+    assert C == slot_cols + S
+    attn = np.zeros((L, B, H, T, T))
+    slot_mass = np.zeros((L, B, H, T))
+    for l in range(L):
+        for b in range(B):
+            for h in range(H):
+                for i in range(T):
+                    r = [float(x) for x in raw[l, b, h, N + i]]
+                    implicit = 0.0
+                    if proxy == "weights":
+                        rp = r
+                    elif proxy == "implicit_slot":
+                        rp = r
+                        total = 0.0
+                        for x in r:
+                            total += x
+                        implicit = 1.0 - total
+                    elif proxy == "non_negative":
+                        total = 0.0
+                        for x in r:
+                            total += x
+                        rp = [x / (total + 1e-8) for x in r]
+                    elif proxy == "signed":
+                        total = 0.0
+                        for x in r:
+                            total += abs(x)
+                        rp = [abs(x) / total if total != 0.0 else 0.0 for x in r]
+                    else:
+                        raise ValueError(proxy)
+                    m = 0.0
+                    for j in range(front):
+                        m += rp[j]
+                    slot_mass[l, b, h, i] = m + implicit
+                    for j in range(T):
+                        attn[l, b, h, i, j] = rp[front + j]
+    return attn, slot_mass
+
+
+def split_attention_vec(raw, slot_cols, sink_tokens, proxy):
+    """Vectorised cross-check of split_attention."""
+    N = sink_tokens
+    front = slot_cols + N
+    r = raw[..., N:, :]
+    implicit = np.zeros(r.shape[:-1])
+    if proxy == "implicit_slot":
+        implicit = 1.0 - r.sum(-1)
+    elif proxy == "non_negative":
+        r = r / (r.sum(-1, keepdims=True) + 1e-8)
+    elif proxy == "signed":
+        tot = np.abs(r).sum(-1, keepdims=True)
+        r = np.divide(np.abs(r), tot, out=np.zeros_like(r), where=tot != 0.0)
+    return r[..., front:], r[..., :front].sum(-1) + implicit
+
+
+def slot_importance(slot_mass):
+    """slot_mass [L, B, H, T] -> [L, B, H] (mean over real queries)."""
+    L, B, H, T = slot_mass.shape
+    out = np.zeros((L, B, H))
+    for l in range(L):
+        for b in range(B):
+            for h in range(H):
+                s = 0.0
+                for i in range(T):
+                    s += slot_mass[l, b, h, i]
+                out[l, b, h] = s / T
+    return out
+
+
+def slot_rate(simp, eps):
+    hits = 0
+    total = 0
+    for x in simp.ravel():
+        total += 1
+        if x > eps:
+            hits += 1
+    return 100.0 * hits / total
+
+
+def layer_mean(x):
+    """x [L, ...] -> [plain mean of each layer's entries]."""
+    out = []
+    for l in range(x.shape[0]):
+        vals = x[l].ravel()
+        s = 0.0
+        for v in vals:
+            s += float(v)
+        out.append(s / len(vals))
+    return out
+
+
 # ---------------------------------------------------------------------------------------
 # Sanity checks on the generated inputs.
 

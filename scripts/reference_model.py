@@ -52,9 +52,9 @@ def forward(w, tokens, cfg):
     for l in range(L):
         p = f"blocks.{l}."
         n1 = rmsnorm(x, w[p + "norm1.gain"], cfg["eps"])
-        q = rope((n1 @ w[p + "attn.wq"]).reshape(b, t, h, dh), cfg["rope_base"])
-        k = rope((n1 @ w[p + "attn.wk"]).reshape(b, t, h, dh), cfg["rope_base"])
-        v = (n1 @ w[p + "attn.wv"]).reshape(b, t, h, dh)
+        q = rope((n1 @ w[p + "attn.wq.weight"]).reshape(b, t, h, dh), cfg["rope_base"])
+        k = rope((n1 @ w[p + "attn.wk.weight"]).reshape(b, t, h, dh), cfg["rope_base"])
+        v = (n1 @ w[p + "attn.wv.weight"]).reshape(b, t, h, dh)
         q, k, v = (a.transpose(0, 2, 1, 3) for a in (q, k, v))  # (B, H, T, dh)
         s = q @ k.transpose(0, 1, 3, 2) / math.sqrt(dh)
         s = np.where(causal, -np.inf, s)
@@ -63,10 +63,10 @@ def forward(w, tokens, cfg):
         a = a / a.sum(axis=-1, keepdims=True)
         attn_out.append(a)
         o = (a @ v).transpose(0, 2, 1, 3).reshape(b, t, d)
-        x = x + o @ w[p + "attn.wo"]
+        x = x + o @ w[p + "attn.wo.weight"]
         n2 = rmsnorm(x, w[p + "norm2.gain"], cfg["eps"])
-        x = x + (silu(n2 @ w[p + "mlp.w_gate"]) * (n2 @ w[p + "mlp.w_up"])) @ w[p + "mlp.w_down"]
-    logits = rmsnorm(x, w["norm_f.gain"], cfg["eps"]) @ w["head"]
+        x = x + (silu(n2 @ w[p + "mlp.w_gate.weight"]) * (n2 @ w[p + "mlp.w_up.weight"])) @ w[p + "mlp.w_down.weight"]
+    logits = rmsnorm(x, w["norm_f.gain"], cfg["eps"]) @ w["head.weight"]
     return logits, attn_out
 
 
@@ -111,16 +111,16 @@ def main():
     d, f, V = cfg["d_model"], cfg["d_ff"], cfg["vocab"]
     # Weights are stored rounded to float32, since that is what the Rust model holds.
     r = lambda *s: rng.normal(0.0, 0.3, size=s).astype(np.float32).astype(np.float64)
-    w = {"embed": r(V, d), "head": r(d, V), "norm_f.gain": 1.0 + r(d)}
+    w = {"embed": r(V, d), "head.weight": r(d, V), "norm_f.gain": 1.0 + r(d)}
     for l in range(cfg["n_layers"]):
         p = f"blocks.{l}."
         w[p + "norm1.gain"] = 1.0 + r(d)
         w[p + "norm2.gain"] = 1.0 + r(d)
         for n in ("wq", "wk", "wv", "wo"):
-            w[p + "attn." + n] = r(d, d)
-        w[p + "mlp.w_gate"] = r(d, f)
-        w[p + "mlp.w_up"] = r(d, f)
-        w[p + "mlp.w_down"] = r(f, d)
+            w[p + "attn." + n + ".weight"] = r(d, d)
+        w[p + "mlp.w_gate.weight"] = r(d, f)
+        w[p + "mlp.w_up.weight"] = r(d, f)
+        w[p + "mlp.w_down.weight"] = r(f, d)
     w = {k: v.astype(np.float32).astype(np.float64) for k, v in w.items()}
     tokens = rng.integers(0, V, size=(2, cfg["ctx"]))
     targets = rng.integers(0, V, size=(2, cfg["ctx"]))

@@ -190,7 +190,7 @@ impl Default for TokenizerConfig {
     }
 }
 
-/// `[model]`: the causal LM.
+/// `[model]`: the causal LM. Every axis of variation is one closed enum (REFERENCE §1–2).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelConfig {
@@ -203,7 +203,7 @@ pub struct ModelConfig {
     /// Hidden width of the feed-forward network.
     #[serde(default = "default_d_ff")]
     pub d_ff: usize,
-    /// Training context length (tokens per sequence, BOS included).
+    /// Training context length (tokens per sequence, BOS included; sink tokens not included).
     #[serde(default = "default_ctx")]
     pub ctx: usize,
     #[serde(default)]
@@ -212,8 +212,21 @@ pub struct ModelConfig {
     pub ffn: FfnConfig,
     #[serde(default)]
     pub positions: PositionsConfig,
+    /// How the residual stream, norms and sub-blocks are wired.
     #[serde(default)]
-    pub attention: AttentionImpl,
+    pub block: BlockConfig,
+    #[serde(default)]
+    pub attention: AttentionConfig,
+    /// Output head: its own matrix, or the transposed token embedding.
+    #[serde(default)]
+    pub head: HeadKind,
+    /// Biases in every linear layer (q, k, v, o, gate, FFN, untied head), initialised to 0.
+    #[serde(default)]
+    pub bias: bool,
+    /// Learnable sink tokens prepended to every sequence (StreamingLLM); their outputs and
+    /// losses are dropped.
+    #[serde(default)]
+    pub sink_tokens: usize,
     /// Std of the normal init of every matrix. Absent: `sqrt(2 / (5 d_model))`.
     #[serde(default)]
     pub init_std: Option<f64>,
@@ -246,7 +259,11 @@ impl Default for ModelConfig {
             norm: NormConfig::default(),
             ffn: FfnConfig::default(),
             positions: PositionsConfig::default(),
-            attention: AttentionImpl::default(),
+            block: BlockConfig::default(),
+            attention: AttentionConfig::default(),
+            head: HeadKind::default(),
+            bias: false,
+            sink_tokens: 0,
             init_std: None,
         }
     }
@@ -268,6 +285,8 @@ impl ModelConfig {
 pub enum NormConfig {
     /// `x / sqrt(mean(x²) + eps) · g`.
     RmsNorm { eps: f64 },
+    /// `(x − mean x) / sqrt(var x + eps) · g + b` (biased variance, as PyTorch).
+    LayerNorm { eps: f64 },
 }
 
 impl Default for NormConfig {
@@ -276,12 +295,20 @@ impl Default for NormConfig {
     }
 }
 
-/// Feed-forward network.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// Feed-forward network: `W_down(act(x W_up))`, or the gated `W_down(act(x W_gate) ⊙ x W_up)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum FfnConfig {
-    /// `W_down(silu(W_gate x) ⊙ W_up x)`.
+    Relu {},
+    /// GeLU, exact (erf) form.
+    Gelu {},
+    Silu {},
+    /// `silu(x W_gate) ⊙ x W_up`.
     Swiglu {},
+    /// `gelu(x W_gate) ⊙ x W_up`.
+    Geglu {},
+    /// `relu(x W_gate) ⊙ x W_up`.
+    Reglu {},
 }
 
 impl Default for FfnConfig {
@@ -296,14 +323,171 @@ impl Default for FfnConfig {
 pub enum PositionsConfig {
     /// No position information (causal masking alone).
     Nope {},
-    /// Rotary embeddings on q and k, NeoX/HF "rotate halves" pair convention: dimension i is
-    /// paired with i + d_head/2 (Burn's `RotaryEncoding` pairs adjacent dimensions instead).
-    Rope { base: f64 },
+    /// Fixed sinusoids added to the token embedding (Vaswani et al.: sin on even, cos on odd
+    /// dimensions, wavelengths 10000^(2i/d)).
+    Sinusoidal {},
+    /// A learned (ctx, d) table added to the token embedding.
+    Learned {},
+    /// ALiBi: per-head bias `−m_h |i − j|` on the logits, standard slopes.
+    Alibi {},
+    /// Rotary embeddings on q and k, NeoX/HF "rotate halves" pair convention: of the first
+    /// `r = 2·floor(fraction·d_head/2)` dimensions, dimension i is paired with i + r/2 (Burn's
+    /// `RotaryEncoding` pairs adjacent dimensions instead); the rest are not rotated.
+    Rope {
+        base: f64,
+        #[serde(default = "default_rope_fraction")]
+        fraction: f64,
+    },
+    /// T5-style learned relative-position buckets (bidirectional bucketing, one table shared by
+    /// all layers). Gu et al.'s "relative" variant added the raw, unlearned bucket index; this
+    /// is the learned one.
+    Relative {
+        #[serde(default = "default_rel_buckets")]
+        buckets: usize,
+        #[serde(default = "default_rel_max_distance")]
+        max_distance: usize,
+    },
+}
+
+fn default_rope_fraction() -> f64 {
+    1.0
+}
+fn default_rel_buckets() -> usize {
+    32
+}
+fn default_rel_max_distance() -> usize {
+    128
 }
 
 impl Default for PositionsConfig {
     fn default() -> Self {
-        PositionsConfig::Rope { base: 10000.0 }
+        PositionsConfig::Rope {
+            base: 10000.0,
+            fraction: 1.0,
+        }
+    }
+}
+
+/// A scalar gain: its initial value and whether it is trained.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Gain {
+    #[serde(default = "one")]
+    pub init: f64,
+    #[serde(default)]
+    pub trainable: bool,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+impl Default for Gain {
+    fn default() -> Self {
+        Gain {
+            init: 1.0,
+            trainable: false,
+        }
+    }
+}
+
+/// General gains of a sequential block (He & Hofmann): `x̂ = α_SA x + β_SA Attn(N(x))`,
+/// `out = α_FF x̂ + β_FF MLP(N(x̂))`. All 1 and fixed by default (the plain pre-norm block).
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BlockGains {
+    #[serde(default)]
+    pub alpha_sa: Gain,
+    #[serde(default)]
+    pub beta_sa: Gain,
+    #[serde(default)]
+    pub alpha_ff: Gain,
+    #[serde(default)]
+    pub beta_ff: Gain,
+}
+
+/// Gains of a parallel block: `out = α x + β_SA Attn(N(x)) + β_FF MLP(N(x))`.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ParallelGains {
+    #[serde(default)]
+    pub alpha: Gain,
+    #[serde(default)]
+    pub beta_sa: Gain,
+    #[serde(default)]
+    pub beta_ff: Gain,
+}
+
+/// Block wiring (REFERENCE §2).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum BlockConfig {
+    /// `x = α_SA x + β_SA Attn(N1(x)); x = α_FF x + β_FF MLP(N2(x))`; final norm before the head.
+    PreNorm {
+        #[serde(default)]
+        gains: BlockGains,
+    },
+    /// `x = N1(x + Attn(x)); x = N2(x + MLP(x))`; no final norm (as in Gu et al.).
+    PostNorm {},
+    /// `x = α x + β_SA Attn(N1(x)) + β_FF MLP(N1(x))`; final norm before the head.
+    Parallel {
+        #[serde(default)]
+        gains: ParallelGains,
+    },
+}
+
+impl Default for BlockConfig {
+    fn default() -> Self {
+        BlockConfig::PreNorm {
+            gains: BlockGains::default(),
+        }
+    }
+}
+
+/// Output head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HeadKind {
+    /// Its own (d, V) matrix.
+    #[default]
+    Untied,
+    /// The transposed token embedding (GPT-2).
+    Tied,
+}
+
+/// `[model.attention]`: the one attention module and its axes of variation (REFERENCE §1).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AttentionConfig {
+    /// How weights are computed when they are not needed (training, eval loss).
+    #[serde(default)]
+    pub kernel: AttentionKernel,
+    /// What turns scores into attention weights.
+    #[serde(default)]
+    pub normaliser: NormaliserConfig,
+    /// Multiply every attention row by α after the normaliser (rows then sum to α).
+    #[serde(default = "one")]
+    pub row_scale: f64,
+    /// An extra place where attention mass can go (sink logit, KV/K/V bias, memory K/V).
+    #[serde(default)]
+    pub slot: SlotConfig,
+    /// Sigmoid output gate after attention, before W_O.
+    #[serde(default)]
+    pub gate: GateConfig,
+    #[serde(default)]
+    pub mask: MaskConfig,
+}
+
+impl Default for AttentionConfig {
+    fn default() -> Self {
+        Self {
+            kernel: AttentionKernel::default(),
+            normaliser: NormaliserConfig::default(),
+            row_scale: 1.0,
+            slot: SlotConfig::default(),
+            gate: GateConfig::default(),
+            mask: MaskConfig::default(),
+        }
     }
 }
 
@@ -311,12 +495,264 @@ impl Default for PositionsConfig {
 /// The probe path (metrics) always materialises the weights with the hand-written code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum AttentionImpl {
-    /// Hand-written: scores, `-inf` causal mask, softmax, weighted sum.
+pub enum AttentionKernel {
+    /// Hand-written: scores, `-inf` mask, normaliser, weighted sum.
     #[default]
     Manual,
-    /// Burn's functional `attention` (causal flag; backends may fuse it). Same maths.
+    /// Burn's functional `attention` (causal flag; backends may fuse it). Same maths; only for
+    /// plain causal softmax attention without slots, position biases or row scale.
     Fused,
+}
+
+/// Bias of the unnormalised sigmoid: a number, or `"-ln(T)"` (−ln ctx, Apple's default).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum SigmoidBias {
+    Value(f64),
+    Named(String),
+}
+
+impl Default for SigmoidBias {
+    fn default() -> Self {
+        SigmoidBias::Value(0.0)
+    }
+}
+
+impl SigmoidBias {
+    pub const NEG_LN_T: &'static str = "-ln(T)";
+    /// The bias for training context `ctx`; `None` for an unknown name.
+    pub fn resolve(&self, ctx: usize) -> Option<f64> {
+        match self {
+            SigmoidBias::Value(v) => Some(*v),
+            SigmoidBias::Named(s) if s == Self::NEG_LN_T => Some(-(ctx as f64).ln()),
+            SigmoidBias::Named(_) => None,
+        }
+    }
+}
+
+/// Feature map φ of a linear-kernel attention.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FeatureMap {
+    /// φ(x) = x.
+    Identity,
+    /// φ(x) = elu(x) + 1.
+    Elu1,
+    /// φ(x) = relu(x W1) W2, one (d_h × d_h, d_h × d_h) MLP per layer shared by the heads.
+    Mlp,
+}
+
+/// Row normaliser of a linear-kernel attention.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KernelNorm {
+    /// Weights are the kernel values.
+    None,
+    /// Divide row i by `max(|Σ_j s_ij|, 1)`.
+    MaxAbsSum,
+}
+
+/// What turns scores `s_ij = q_i·k_j/sqrt(d_h) + bias_ij` into attention weights
+/// (REFERENCE §1.1). Masked entries are exactly 0 for every normaliser.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum NormaliserConfig {
+    /// `exp(s_ij) / Σ_j exp(s_ij)`.
+    Softmax {},
+    /// `exp(s_ij) / (n + Σ_j exp(s_ij))`; n = 1 is softmax-off-by-one. Stabilised with
+    /// `m = max(row max, 0)`: `exp(s − m) / (n·exp(−m) + Σ exp(s − m))`.
+    SoftmaxN { n: f64 },
+    /// `σ(s_ij + b)`, no row normalisation.
+    Sigmoid {
+        #[serde(default)]
+        bias: SigmoidBias,
+    },
+    /// `σ(s_ij) / Σ_j σ(s_ij)`.
+    SigmoidNormalised {},
+    /// `elu(s_ij) + 1`, no row normalisation.
+    Elu1 {},
+    /// `(elu(s_ij) + 1) / Σ_j (elu(s_ij) + 1)`.
+    Elu1Normalised {},
+    /// `φ(q_i)·φ(k_j)/sqrt(d_h)`, optionally divided by `max(|Σ_j|, 1)` (Gu et al. Table 6).
+    Linear {
+        feature_map: FeatureMap,
+        normaliser: KernelNorm,
+    },
+}
+
+impl Default for NormaliserConfig {
+    fn default() -> Self {
+        NormaliserConfig::Softmax {}
+    }
+}
+
+impl NormaliserConfig {
+    /// Rows of the weights sum to 1 (before the row scale), possibly with mass on a slot.
+    pub fn is_normalised(&self) -> bool {
+        matches!(
+            self,
+            NormaliserConfig::Softmax {}
+                | NormaliserConfig::SoftmaxN { .. }
+                | NormaliserConfig::SigmoidNormalised {}
+                | NormaliserConfig::Elu1Normalised {}
+        )
+    }
+    /// Works on logits `s_ij` (so position biases and a sink logit apply).
+    pub fn uses_logits(&self) -> bool {
+        !matches!(self, NormaliserConfig::Linear { .. })
+    }
+}
+
+/// The fixed value vector of a K bias.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum KBiasValue {
+    /// v* = 0.
+    Zero {},
+    /// v* = m·e1.
+    E1 { m: f64 },
+    /// v* = m/sqrt(d_h)·1.
+    Ones { m: f64 },
+}
+
+/// An extra key (and value) every query can attend to, besides the real tokens
+/// (REFERENCE §1.2). Slot keys are position-free (added after RoPE, no position bias) and never
+/// masked.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum SlotConfig {
+    None {},
+    /// A learned per-head logit z_h appended as an extra column of the scores (not divided by
+    /// sqrt(d_h)), value 0, dropped after the normaliser (gpt-oss).
+    SinkLogit {
+        #[serde(default)]
+        init: f64,
+        #[serde(default = "yes")]
+        trainable: bool,
+    },
+    /// Learnable k*, v* prepended to K and V (Gu et al. Table 4); per head `[H, d_h]` or shared
+    /// `[d_h]`; init N(0, init_std).
+    KvBias {
+        #[serde(default)]
+        shared: bool,
+        #[serde(default = "default_slot_std")]
+        init_std: f64,
+    },
+    /// Learnable k* with a fixed v* (Gu et al. Tables 5, 13). With `learnable_dims = d_a`, only
+    /// the first d_a dimensions of k* are parameters, the rest are 0.
+    KBias {
+        #[serde(default)]
+        shared: bool,
+        #[serde(default = "default_slot_std")]
+        init_std: f64,
+        value: KBiasValue,
+        #[serde(default)]
+        learnable_dims: Option<usize>,
+        /// A fixed k* (all zero) is what softmax_n with n = 1 computes; `trainable = false`
+        /// expresses that and cannot be combined with `learnable_dims`.
+        #[serde(default = "yes")]
+        trainable: bool,
+    },
+    /// `out = A V + v*` per head (no extra key): does not move the sink (Gu et al.).
+    VBias {
+        #[serde(default)]
+        shared: bool,
+        #[serde(default = "default_slot_std")]
+        init_std: f64,
+    },
+    /// N learned key/value pairs per head (x-transformers `num_mem_kv`), init N(0, init_std).
+    MemoryKv {
+        n: usize,
+        #[serde(default = "default_slot_std")]
+        init_std: f64,
+    },
+}
+
+fn yes() -> bool {
+    true
+}
+fn default_slot_std() -> f64 {
+    0.02
+}
+
+impl Default for SlotConfig {
+    fn default() -> Self {
+        SlotConfig::None {}
+    }
+}
+
+impl SlotConfig {
+    /// Columns the slot adds in front of the attention weights (the sink logit, a KV/K-bias
+    /// key, memory keys).
+    pub fn slot_columns(&self) -> usize {
+        match self {
+            SlotConfig::None {} | SlotConfig::VBias { .. } => 0,
+            SlotConfig::SinkLogit { .. } | SlotConfig::KvBias { .. } | SlotConfig::KBias { .. } => {
+                1
+            }
+            SlotConfig::MemoryKv { n, .. } => *n,
+        }
+    }
+}
+
+/// Output gate `out_h ← out_h ⊙ σ(x W_g)` after attention, before W_O; W_g reads the same
+/// normed input as W_Q (Qwen gated attention).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum GateConfig {
+    None {},
+    /// One gate per head: W_g is (d, H).
+    Headwise {},
+    /// One gate per output element: W_g is (d, d).
+    Elementwise {},
+}
+
+impl Default for GateConfig {
+    fn default() -> Self {
+        GateConfig::None {}
+    }
+}
+
+/// Which keys a query sees (1-based prose; query i, key j, both real tokens). Sink tokens and
+/// slots are always visible.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum MaskConfig {
+    /// j ≤ i.
+    Causal {},
+    /// Prefix-LM: j ≤ i or j ≤ p (the first p tokens are seen bidirectionally); the loss on the
+    /// first p − 1 targets is ignored.
+    Prefix { p: usize },
+    /// i − w < j ≤ i: each query sees w keys including itself.
+    SlidingWindow { w: usize },
+    /// j ≤ i and (i − w < j or j ≤ sinks): the window plus the first `sinks` tokens
+    /// (StreamingLLM's train-time form).
+    SinksWindow { sinks: usize, w: usize },
+}
+
+impl Default for MaskConfig {
+    fn default() -> Self {
+        MaskConfig::Causal {}
+    }
+}
+
+impl MaskConfig {
+    /// May query `i` see key `j` (0-based real-token positions)?
+    pub fn allows(&self, i: usize, j: usize) -> bool {
+        match *self {
+            MaskConfig::Causal {} => j <= i,
+            MaskConfig::Prefix { p } => j <= i || j < p,
+            MaskConfig::SlidingWindow { w } => j <= i && i < j + w,
+            MaskConfig::SinksWindow { sinks, w } => j <= i && (i < j + w || j < sinks),
+        }
+    }
+    /// Targets (0-based, target t predicts token t + 1) whose loss is ignored.
+    pub fn ignored_targets(&self) -> usize {
+        match *self {
+            MaskConfig::Prefix { p } => p.saturating_sub(1),
+            _ => 0,
+        }
+    }
 }
 
 /// `[optim]`: AdamW with decoupled weight decay, LR schedule and global-norm clipping.
@@ -848,6 +1284,38 @@ pub fn from_str(name: &str, text: &str) -> Result<Experiment, ConfigErrors> {
     }
 }
 
+/// Rotated dimensions of a head of width `dh` under RoPE with `fraction`: the largest even
+/// number ≤ fraction·dh (GPT-NeoX's `rotary_pct`).
+pub fn rope_dims(dh: usize, fraction: f64) -> usize {
+    let r = (fraction * dh as f64 + 1e-9).floor() as usize;
+    (r / 2 * 2).min(dh / 2 * 2)
+}
+
+/// The `kind` string of a normaliser, for messages.
+pub fn normaliser_name(n: &NormaliserConfig) -> &'static str {
+    match n {
+        NormaliserConfig::Softmax {} => "softmax",
+        NormaliserConfig::SoftmaxN { .. } => "softmax_n",
+        NormaliserConfig::Sigmoid { .. } => "sigmoid",
+        NormaliserConfig::SigmoidNormalised {} => "sigmoid_normalised",
+        NormaliserConfig::Elu1 {} => "elu1",
+        NormaliserConfig::Elu1Normalised {} => "elu1_normalised",
+        NormaliserConfig::Linear { .. } => "linear",
+    }
+}
+
+/// The `kind` string of a positions choice, for messages.
+pub fn positions_name(p: &PositionsConfig) -> &'static str {
+    match p {
+        PositionsConfig::Nope {} => "nope",
+        PositionsConfig::Sinusoidal {} => "sinusoidal",
+        PositionsConfig::Learned {} => "learned",
+        PositionsConfig::Alibi {} => "alibi",
+        PositionsConfig::Rope { .. } => "rope",
+        PositionsConfig::Relative { .. } => "relative",
+    }
+}
+
 /// `x > bound`, false for NaN (so `!greater(x, b)` also rejects NaN).
 fn greater(x: f64, bound: f64) -> bool {
     x > bound
@@ -922,25 +1390,65 @@ impl Experiment {
                 ),
             );
         }
-        if let PositionsConfig::Rope { base } = m.positions {
-            if m.n_heads > 0 && m.d_model.is_multiple_of(m.n_heads) && !m.d_head().is_multiple_of(2)
-            {
-                bad(
-                    "model.positions",
-                    format!(
-                        "RoPE needs an even head width, found d_head = {}",
-                        m.d_head()
-                    ),
-                );
+        let heads_ok = m.n_heads > 0 && m.d_model.is_multiple_of(m.n_heads);
+        let dh = if heads_ok { m.d_head() } else { 0 };
+        match m.positions {
+            PositionsConfig::Rope { base, fraction } => {
+                if !greater(base, 1.0) {
+                    bad(
+                        "model.positions.base",
+                        format!("found {base}, expected a number > 1"),
+                    );
+                }
+                if !(fraction > 0.0 && fraction <= 1.0) {
+                    bad(
+                        "model.positions.fraction",
+                        format!("found {fraction}, expected 0 < fraction ≤ 1"),
+                    );
+                } else if heads_ok && rope_dims(dh, fraction) < 2 {
+                    bad(
+                        "model.positions.fraction",
+                        format!(
+                            "fraction {fraction} of d_head = {dh} rotates no pair of dimensions; \
+                             raise it to at least {}",
+                            2.0 / dh as f64
+                        ),
+                    );
+                }
             }
-            if !greater(base, 1.0) {
-                bad(
-                    "model.positions.base",
-                    format!("found {base}, expected a number > 1"),
-                );
+            PositionsConfig::Relative {
+                buckets,
+                max_distance,
+            } => {
+                if buckets < 4 || !buckets.is_multiple_of(2) {
+                    bad(
+                        "model.positions.buckets",
+                        format!("found {buckets}, expected an even number ≥ 4"),
+                    );
+                } else if max_distance <= buckets / 4 {
+                    bad(
+                        "model.positions.max_distance",
+                        format!(
+                            "found {max_distance}, expected > buckets/4 = {} (the exact buckets)",
+                            buckets / 4
+                        ),
+                    );
+                }
             }
+            PositionsConfig::Nope {}
+            | PositionsConfig::Sinusoidal {}
+            | PositionsConfig::Learned {}
+            | PositionsConfig::Alibi {} => {}
         }
-        let NormConfig::RmsNorm { eps } = m.norm;
+        if let PositionsConfig::Sinusoidal {} = m.positions
+            && !m.d_model.is_multiple_of(2)
+        {
+            bad(
+                "model.positions",
+                format!("sinusoidal positions need an even d_model, found {}", m.d_model),
+            );
+        }
+        let (NormConfig::RmsNorm { eps } | NormConfig::LayerNorm { eps }) = m.norm;
         if !greater(eps, 0.0) {
             bad(
                 "model.norm.eps",
@@ -955,6 +1463,35 @@ impl Experiment {
                 format!("found {s}, expected a finite number > 0"),
             );
         }
+        let gains: Vec<(&str, Gain)> = match &m.block {
+            BlockConfig::PreNorm { gains } => vec![
+                ("alpha_sa", gains.alpha_sa),
+                ("beta_sa", gains.beta_sa),
+                ("alpha_ff", gains.alpha_ff),
+                ("beta_ff", gains.beta_ff),
+            ],
+            BlockConfig::Parallel { gains } => vec![
+                ("alpha", gains.alpha),
+                ("beta_sa", gains.beta_sa),
+                ("beta_ff", gains.beta_ff),
+            ],
+            BlockConfig::PostNorm {} => vec![],
+        };
+        for (name, g) in gains {
+            if !g.init.is_finite() {
+                bad(
+                    &format!("model.block.gains.{name}.init"),
+                    format!("found {}, expected a finite number", g.init),
+                );
+            }
+        }
+        if m.sink_tokens > 1024 {
+            bad(
+                "model.sink_tokens",
+                format!("found {}, expected 0..=1024", m.sink_tokens),
+            );
+        }
+        self.validate_attention(&mut bad, dh);
 
         // data
         if !(d.val_fraction > 0.0 && d.val_fraction < 0.5) {
@@ -1137,6 +1674,193 @@ impl Experiment {
         v
     }
 
+    /// Checks of `[model.attention]` and its combinations with the rest of the model.
+    fn validate_attention(&self, bad: &mut dyn FnMut(&str, String), dh: usize) {
+        let m = &self.model;
+        let a = &m.attention;
+        let norm_name = normaliser_name(&a.normaliser);
+        if !(a.row_scale > 0.0 && a.row_scale.is_finite()) {
+            bad(
+                "model.attention.row_scale",
+                format!("found {}, expected a finite number > 0", a.row_scale),
+            );
+        }
+        match &a.normaliser {
+            NormaliserConfig::SoftmaxN { n } => {
+                if !(*n >= 0.0 && n.is_finite()) {
+                    bad(
+                        "model.attention.normaliser.n",
+                        format!("found {n}, expected a finite number ≥ 0 (1 = off-by-one)"),
+                    );
+                }
+            }
+            NormaliserConfig::Sigmoid { bias } => match bias.resolve(m.ctx) {
+                Some(b) if b.is_finite() => {}
+                _ => bad(
+                    "model.attention.normaliser.bias",
+                    format!(
+                        "found {bias:?}, expected a finite number or the string \"{}\"",
+                        SigmoidBias::NEG_LN_T
+                    ),
+                ),
+            },
+            _ => {}
+        }
+        let uses_logits = a.normaliser.uses_logits();
+        if !uses_logits
+            && matches!(
+                m.positions,
+                PositionsConfig::Alibi {} | PositionsConfig::Relative { .. }
+            )
+        {
+            bad(
+                "model.positions",
+                format!(
+                    "{} positions add a bias to the attention logits, but a linear-kernel \
+                     attention has no logits; use nope, sinusoidal, learned or rope with it, or a \
+                     logit-based normaliser (softmax, softmax_n, sigmoid, elu1)",
+                    positions_name(&m.positions)
+                ),
+            );
+        }
+        let slot_std = |bad: &mut dyn FnMut(&str, String), std: f64| {
+            if !(std > 0.0 && std.is_finite()) {
+                bad(
+                    "model.attention.slot.init_std",
+                    format!("found {std}, expected a finite number > 0"),
+                );
+            }
+        };
+        match &a.slot {
+            SlotConfig::None {} => {}
+            SlotConfig::SinkLogit { init, .. } => {
+                if !a.normaliser.is_normalised() {
+                    bad(
+                        "model.attention.slot",
+                        format!(
+                            "a learned sink logit only takes mass from a normalised attention \
+                             (softmax, softmax_n, sigmoid_normalised, elu1_normalised); with the \
+                             unnormalised {norm_name} its column would change nothing"
+                        ),
+                    );
+                }
+                if !init.is_finite() {
+                    bad(
+                        "model.attention.slot.init",
+                        format!("found {init}, expected a finite number"),
+                    );
+                }
+            }
+            SlotConfig::KvBias { init_std, .. } | SlotConfig::VBias { init_std, .. } => {
+                slot_std(bad, *init_std)
+            }
+            SlotConfig::KBias {
+                init_std,
+                value,
+                learnable_dims,
+                trainable,
+                ..
+            } => {
+                slot_std(bad, *init_std);
+                if let KBiasValue::E1 { m: mm } | KBiasValue::Ones { m: mm } = value
+                    && !mm.is_finite()
+                {
+                    bad(
+                        "model.attention.slot.value.m",
+                        format!("found {mm}, expected a finite number"),
+                    );
+                }
+                match (learnable_dims, trainable) {
+                    (Some(_), false) => bad(
+                        "model.attention.slot.learnable_dims",
+                        "the K bias is both fixed (trainable = false) and partly learnable \
+                         (learnable_dims); drop one of the two"
+                            .into(),
+                    ),
+                    (Some(da), true) if dh > 0 && !(1..=dh).contains(da) => bad(
+                        "model.attention.slot.learnable_dims",
+                        format!("found {da}, expected 1..={dh} (d_head)"),
+                    ),
+                    _ => {}
+                }
+            }
+            SlotConfig::MemoryKv { n, init_std } => {
+                slot_std(bad, *init_std);
+                if !(1..=1024).contains(n) {
+                    bad(
+                        "model.attention.slot.n",
+                        format!("found {n}, expected 1..=1024 memory key/value pairs"),
+                    );
+                }
+            }
+        }
+        let ctx = m.ctx;
+        match a.mask {
+            MaskConfig::Causal {} => {}
+            MaskConfig::Prefix { p } => {
+                if !(1..=ctx).contains(&p) {
+                    bad(
+                        "model.attention.mask.p",
+                        format!("found {p}, expected 1..={ctx} (model.ctx)"),
+                    );
+                }
+            }
+            MaskConfig::SlidingWindow { w } => {
+                if w < 1 {
+                    bad(
+                        "model.attention.mask.w",
+                        "found 0, expected a window ≥ 1 (the query itself)".into(),
+                    );
+                }
+            }
+            MaskConfig::SinksWindow { sinks, w } => {
+                if w < 1 {
+                    bad(
+                        "model.attention.mask.w",
+                        "found 0, expected a window ≥ 1 (the query itself)".into(),
+                    );
+                }
+                if sinks < 1 {
+                    bad(
+                        "model.attention.mask.sinks",
+                        "found 0, expected ≥ 1 (with no sinks use sliding_window)".into(),
+                    );
+                }
+            }
+        }
+        if a.kernel == AttentionKernel::Fused {
+            let mut why = Vec::new();
+            if !matches!(a.normaliser, NormaliserConfig::Softmax {}) {
+                why.push(format!("normaliser is {norm_name}"));
+            }
+            if a.slot != (SlotConfig::None {}) {
+                why.push("a slot is set".to_string());
+            }
+            if a.mask != (MaskConfig::Causal {}) {
+                why.push("the mask is not causal".to_string());
+            }
+            if matches!(
+                m.positions,
+                PositionsConfig::Alibi {} | PositionsConfig::Relative { .. }
+            ) {
+                why.push("positions add a logit bias".to_string());
+            }
+            if a.row_scale != 1.0 {
+                why.push("row_scale ≠ 1".to_string());
+            }
+            if !why.is_empty() {
+                bad(
+                    "model.attention.kernel",
+                    format!(
+                        "\"fused\" covers plain causal softmax attention only, but {}; use \
+                         kernel = \"manual\"",
+                        why.join(", ")
+                    ),
+                );
+            }
+        }
+    }
+
     /// Sequences per optimizer step and gradient-accumulation passes.
     pub fn accumulation(&self) -> usize {
         self.train.batch_tokens / (self.train.micro_batch * self.model.ctx)
@@ -1171,7 +1895,7 @@ mod tests {
 [model]
 d_modle = 64
 n_heads = "four"
-positions = { kind = "rope", base = 10000.0, fraction = 0.5 }
+positions = { kind = "rope", base = 10000.0, theta = 0.5 }
 [optim]
 lr = -1.0
 schedule = { kind = "cosine", warmup = 10 }
@@ -1182,7 +1906,7 @@ stepz = 3
         let paths: Vec<&str> = err.0.iter().map(|e| e.path.as_str()).collect();
         assert!(paths.contains(&"model.d_modle"), "{err}");
         assert!(paths.contains(&"model.n_heads"), "{err}");
-        assert!(paths.contains(&"model.positions.fraction"), "{err}");
+        assert!(paths.contains(&"model.positions.theta"), "{err}");
         assert!(paths.contains(&"optim.schedule.kind"), "{err}");
         assert!(paths.contains(&"train.stepz"), "{err}");
         assert_eq!(err.0.len(), 5, "{err}");

@@ -471,6 +471,17 @@ impl Sampler {
     }
 }
 
+/// Zero the loss weight of the first `n` targets of every sequence (a prefix-LM's queries see
+/// those tokens bidirectionally, so predicting them is trivial).
+pub fn ignore_first_targets(b: &mut Batch, n: usize) {
+    if n == 0 {
+        return;
+    }
+    for row in b.loss_mask.chunks_exact_mut(b.len) {
+        row[..n.min(b.len)].fill(0.0);
+    }
+}
+
 /// Fixed validation sequences: `n` windows evenly spaced over the concatenated validation
 /// streams (BOS prepended when `bos`), `len` inputs each with their next-token targets.
 pub fn validation_batch(data: &Dataset, n: usize, len: usize, bos: bool) -> Result<Batch> {

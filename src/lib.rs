@@ -6,6 +6,7 @@
 //! `metrics` (pure sink-metric maths), `train` (the loop), `checkpoint` (atomic files,
 //! safetensors), `tensorboard` (event-file writer), `backend` (devices, provenance), `bench`.
 
+pub mod attention;
 pub mod backend;
 pub mod bench;
 pub mod checkpoint;

@@ -218,8 +218,9 @@ fn real_main() -> Result<()> {
                 d.cache_dir = run_dir.join("_cache");
             }
             let ds = data::Dataset::prepare(&d, &mut |m| eprintln!("{m}"))?;
-            let val =
+            let mut val =
                 data::validation_batch(&ds, exp.train.eval_sequences, exp.model.ctx, exp.data.bos)?;
+            data::ignore_first_targets(&mut val, exp.model.attention.mask.ignored_targets());
             let probe = data::validation_batch(
                 &ds,
                 exp.metrics.probe_sequences,

@@ -13,8 +13,16 @@
 //! - top-3 |h| and median |h|: per sequence, averaged over sequences;
 //! - massive activations: entries with |x| > 100 and |x| ≥ 1000 · median|h| of that
 //!   sequence's layer output (Sun et al.), counted per sequence and averaged;
-//! - key/value norms: `mean_{b,h} ‖k_{b,h,0}‖` against `mean_{b,h,t≥1} ‖k_{b,h,t}‖`.
+//! - key/value norms: `mean_{b,h} ‖k_{b,h,0}‖` against `mean_{b,h,t≥1} ‖k_{b,h,t}‖`;
+//! - slots (REFERENCE §1.2, §4): a layer's weights have slot columns (sink logit, KV/K bias,
+//!   memory keys) and sink-token columns in front of the real tokens. [`split_attention`] turns
+//!   them into real-token attention (B, H, T, T) and the mass each real query puts on the slots
+//!   (B, H, T), through a [`Proxy`] for non-softmax normalisers; `Sink₁*` on the slot is
+//!   `100 · mean_{l,b,h} 1[mean_t mass > ε]` (every query sees the slot);
+//! - F-Attn: mean attention on the first real token, `mean_{b,h,t} A[t,0]`; M-Act: the largest
+//!   per-layer mean top-1 |h|.
 
+use crate::config::{FeatureMap, NormaliserConfig};
 use std::collections::BTreeMap;
 
 /// A dense row-major array with its shape.
@@ -33,6 +41,93 @@ impl Array {
         );
         Self { shape, data }
     }
+}
+
+/// How a layer's attention rows become the weights the metrics see (REFERENCE §4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Proxy {
+    /// Rows already sum to 1 (softmax, normalised sigmoid / elu+1): used as they are.
+    Weights,
+    /// Rows sum to at most 1 and the rest is mass on an implicit zero key (softmax_n): used as
+    /// they are, `1 − Σ` added to the slot mass.
+    ImplicitSlot,
+    /// Non-negative unnormalised weights (sigmoid, elu+1, linear elu+1 kernel):
+    /// `w / (Σ w + 1e-8)`.
+    NonNegative,
+    /// Weights of either sign (linear identity / MLP kernels): `|w| / Σ |w|`.
+    Signed,
+}
+
+impl Proxy {
+    /// The proxy for a normaliser's weights.
+    pub fn for_normaliser(n: &NormaliserConfig) -> Self {
+        match n {
+            NormaliserConfig::Softmax {}
+            | NormaliserConfig::SigmoidNormalised {}
+            | NormaliserConfig::Elu1Normalised {} => Proxy::Weights,
+            NormaliserConfig::SoftmaxN { .. } => Proxy::ImplicitSlot,
+            NormaliserConfig::Sigmoid { .. } | NormaliserConfig::Elu1 {} => Proxy::NonNegative,
+            NormaliserConfig::Linear { feature_map, .. } => match feature_map {
+                FeatureMap::Elu1 => Proxy::NonNegative,
+                FeatureMap::Identity | FeatureMap::Mlp => Proxy::Signed,
+            },
+        }
+    }
+}
+
+/// Split a layer's weights `w` (B, H, S, C) — `slot_cols` slot columns, then S = N + T sequence
+/// positions of which the first N are sink tokens — into the real queries' attention on real
+/// keys (B, H, T, T) and their mass on the slots and sink tokens (B, H, T), after `proxy`.
+pub fn split_attention(w: &Array, slot_cols: usize, sink_tokens: usize, proxy: Proxy) -> (Array, Array) {
+    let [b, h, s, c] = w.shape[..] else {
+        panic!("attention must be (B, H, S, C), got {:?}", w.shape)
+    };
+    assert_eq!(c, slot_cols + s, "columns = slot columns + sequence");
+    let n = sink_tokens;
+    let t = s - n;
+    let front = slot_cols + n;
+    let mut attn = Vec::with_capacity(b * h * t * t);
+    let mut mass = Vec::with_capacity(b * h * t);
+    for bh in 0..b * h {
+        for i in 0..t {
+            let row = &w.data[(bh * s + n + i) * c..(bh * s + n + i + 1) * c];
+            let (scale, implicit) = match proxy {
+                Proxy::Weights => (1.0, 0.0),
+                Proxy::ImplicitSlot => (1.0, 1.0 - row.iter().map(|&x| x as f64).sum::<f64>()),
+                Proxy::NonNegative => (1.0 / (row.iter().map(|&x| x as f64).sum::<f64>() + 1e-8), 0.0),
+                Proxy::Signed => {
+                    let z: f64 = row.iter().map(|&x| (x as f64).abs()).sum();
+                    (if z > 0.0 { 1.0 / z } else { 0.0 }, 0.0)
+                }
+            };
+            let val = |x: f32| -> f64 {
+                let x = x as f64;
+                if proxy == Proxy::Signed { x.abs() * scale } else { x * scale }
+            };
+            attn.extend(row[front..].iter().map(|&x| val(x) as f32));
+            mass.push((row[..front].iter().map(|&x| val(x)).sum::<f64>() + implicit) as f32);
+        }
+    }
+    (
+        Array::new(vec![b, h, t, t], attn),
+        Array::new(vec![b, h, t], mass),
+    )
+}
+
+/// Mean slot mass per (b, h): `α_slot = mean_t mass[b,h,t]`.
+pub fn slot_importance(mass: &Array) -> Vec<f64> {
+    let t = *mass.shape.last().expect("rank 3");
+    mass.data
+        .chunks_exact(t)
+        .map(|r| r.iter().map(|&x| x as f64).sum::<f64>() / t as f64)
+        .collect()
+}
+
+/// F-Attn of one layer: mean attention on the first real token, `mean_{b,h,t} A[t,0]`.
+pub fn first_token_mass(attn: &Array) -> f64 {
+    let t = *attn.shape.last().expect("rank 4");
+    let rows = attn.data.len() / t;
+    attn.data.chunks_exact(t).map(|r| r[0] as f64).sum::<f64>() / rows as f64
 }
 
 /// Importance α[b][h][k] of every key for one layer's attention (B, H, T, T).
@@ -188,10 +283,15 @@ pub fn first_vs_rest_norms(x: &Array) -> (f64, f64) {
 
 /// Host copies of what the probe path recorded for one layer.
 pub struct LayerArrays {
+    /// Real queries on real keys (B, H, T, T), after the proxy.
     pub attn: Array,
+    /// Mass on slots and sink tokens (B, H, T), if the model has any.
+    pub slot_mass: Option<Array>,
     pub keys: Array,
     pub values: Array,
     pub hidden: Array,
+    /// Mean output-gate value, if the layer has a gate.
+    pub gate_mean: Option<f64>,
 }
 
 /// All sink metrics of one probe pass.
@@ -206,6 +306,14 @@ pub struct SinkReport {
     /// [layer] (first, rest)
     pub key_norms: Vec<(f64, f64)>,
     pub value_norms: Vec<(f64, f64)>,
+    /// ε → Sink₁* on the slot (percent), when the model has slots or sink tokens.
+    pub slot_rate: BTreeMap<String, f64>,
+    /// [layer] mean mass on slots and sink tokens.
+    pub slot_mass: Vec<Option<f64>>,
+    /// [layer] F-Attn.
+    pub first_mass: Vec<f64>,
+    /// [layer] mean output gate.
+    pub gate_mean: Vec<Option<f64>>,
 }
 
 /// Format an ε for metric names: 0.3 → "0.3".
@@ -221,7 +329,34 @@ impl SinkReport {
             .iter()
             .map(|&e| (eps_name(e), sink_rates(&imps, e, k_max)))
             .collect();
+        let slot_imps: Vec<Vec<f64>> = layers
+            .iter()
+            .filter_map(|l| l.slot_mass.as_ref().map(slot_importance))
+            .collect();
+        let slot_rate = if slot_imps.is_empty() {
+            BTreeMap::new()
+        } else {
+            let total: usize = slot_imps.iter().map(Vec::len).sum();
+            eps_grid
+                .iter()
+                .map(|&e| {
+                    let hits = slot_imps.iter().flatten().filter(|&&a| a > e).count();
+                    (eps_name(e), 100.0 * hits as f64 / total as f64)
+                })
+                .collect()
+        };
         SinkReport {
+            slot_rate,
+            slot_mass: layers
+                .iter()
+                .map(|l| {
+                    l.slot_mass.as_ref().map(|m| {
+                        m.data.iter().map(|&x| x as f64).sum::<f64>() / m.data.len() as f64
+                    })
+                })
+                .collect(),
+            first_mass: layers.iter().map(|l| first_token_mass(&l.attn)).collect(),
+            gate_mean: layers.iter().map(|l| l.gate_mean).collect(),
             sink_rate,
             importance_first: imps.iter().map(|i| importance_first(i)).collect(),
             entropy: layers.iter().map(|l| entropy(&l.attn)).collect(),
@@ -242,12 +377,29 @@ impl SinkReport {
         self.sink_rate.get("0.3").map(|v| v[0])
     }
 
+    /// Sink₁* on the slot at ε = 0.3, if the model has a slot and 0.3 is in the grid.
+    pub fn slot_sink1(&self) -> Option<f64> {
+        self.slot_rate.get("0.3").copied()
+    }
+
+    /// F-Attn: mean first-token attention over layers.
+    pub fn f_attn(&self) -> f64 {
+        self.first_mass.iter().sum::<f64>() / self.first_mass.len().max(1) as f64
+    }
+
+    /// M-Act: the largest per-layer mean top-1 |h|.
+    pub fn m_act(&self) -> f64 {
+        self.hidden.iter().map(|h| h.top3[0]).fold(0.0, f64::max)
+    }
+
     /// Scalars under sinklab's metric names (a documented API; zero-padded so they sort):
     /// `sink/rate_eps{ε}/pos{kk}`, `sink/importance_first/layer{ll}_head{hh}`,
     /// `attn/entropy/layer{ll}`, `act/norm_ratio/layer{ll}`, `act/norm_first/layer{ll}`,
     /// `act/norm_rest/layer{ll}`, `act/top{1,2,3}/layer{ll}`, `act/median_abs/layer{ll}`,
     /// `act/massive_count/layer{ll}`, `kv/key_norm_{first,rest}/layer{ll}`,
-    /// `kv/value_norm_{first,rest}/layer{ll}`.
+    /// `kv/value_norm_{first,rest}/layer{ll}`; with slots `sink/slot_rate_eps{ε}` (Sink₁*) and
+    /// `sink/slot_mass/layer{ll}`; `attn/first_token_mass/layer{ll}` and `attn/f_attn`;
+    /// `act/m_act`; with gates `attn/gate_mean/layer{ll}`.
     pub fn scalars(&self) -> Vec<(String, f64)> {
         let mut out = Vec::new();
         for (e, rates) in &self.sink_rate {
@@ -280,6 +432,24 @@ impl SinkReport {
         for (l, (f, r)) in self.value_norms.iter().enumerate() {
             out.push((format!("kv/value_norm_first/layer{l:02}"), *f));
             out.push((format!("kv/value_norm_rest/layer{l:02}"), *r));
+        }
+        for (e, r) in &self.slot_rate {
+            out.push((format!("sink/slot_rate_eps{e}"), *r));
+        }
+        for (l, m) in self.slot_mass.iter().enumerate() {
+            if let Some(m) = m {
+                out.push((format!("sink/slot_mass/layer{l:02}"), *m));
+            }
+        }
+        for (l, m) in self.first_mass.iter().enumerate() {
+            out.push((format!("attn/first_token_mass/layer{l:02}"), *m));
+        }
+        out.push(("attn/f_attn".to_string(), self.f_attn()));
+        out.push(("act/m_act".to_string(), self.m_act()));
+        for (l, g) in self.gate_mean.iter().enumerate() {
+            if let Some(g) = g {
+                out.push((format!("attn/gate_mean/layer{l:02}"), *g));
+            }
         }
         out
     }
@@ -345,6 +515,8 @@ mod tests {
     fn metric_names_are_stable() {
         let layers = vec![LayerArrays {
             attn: tiny(),
+            slot_mass: None,
+            gate_mean: None,
             keys: Array::new(vec![1, 2, 3, 1], vec![3.0, 1.0, 1.0, 4.0, 1.0, 1.0]),
             values: Array::new(vec![1, 2, 3, 1], vec![0.0; 6]),
             hidden: Array::new(vec![1, 3, 2], vec![1.0; 6]),

@@ -1,30 +1,35 @@
-//! The baseline causal LM (Gu et al.'s LLaMA-style setting, REFERENCE §2, §5):
+//! The causal LM and every block variant (REFERENCE §2), one module per part, configured by
+//! the closed enums of [`crate::config::ModelConfig`]:
 //!
 //! ```text
-//! h_0 = E[x]                                         # (B, T, d)
-//! for each block:  h = h + Attn(RMSNorm(h))          # pre-norm
-//!                  h = h + SwiGLU(RMSNorm(h))
-//! logits = RMSNorm(h) W_head                         # untied head, (B, T, V)
+//! h_0 = E[x] (+ positions P[0..T] if absolute)        # (B, T, d)
+//! h_0 = [S ; h_0]  with N learnable sink tokens S     # (B, N+T, d)
+//! for each block: h = Block(h)                        # pre-norm / post-norm / parallel
+//! logits = N_f(h[:, N:]) W_head                       # (B, T, V); W_head = Eᵀ when tied
 //! ```
 //!
-//! Attention is written by hand (Burn's `MultiHeadAttention` masks with -1e4 and applies
-//! dropout to pre-softmax scores): `A = softmax(q·kᵀ/sqrt(d_h) + causal(-inf))`, `out = A v`.
-//! RoPE uses the NeoX/HF "rotate halves" convention: dimension i pairs with i + d_h/2.
-//!
-//! Two paths share the weights: [`Lm::forward`] (fast: training and eval loss; optionally
-//! Burn's fused attention) and [`Lm::forward_probe`], which also returns every layer's
-//! attention weights, block outputs, keys and values for the sink metrics.
+//! Attention lives in [`crate::attention`]. Two paths share the weights: [`Lm::forward`]
+//! (training and eval loss) and [`Lm::forward_probe`], which also returns every layer's
+//! attention weights (slot columns included), keys, values, gate values and block outputs for
+//! the sink metrics.
 //!
 //! Parameter names (safetensors, optimizer state) are the module paths, e.g.
-//! `blocks.0.attn.wq`. Linear weights are stored `[d_in, d_out]` (y = x W), the transpose of
-//! PyTorch's `nn.Linear.weight`.
+//! `blocks.0.attn.wq.weight`. Linear weights are stored `[d_in, d_out]` (y = x W + b), the
+//! transpose of PyTorch's `nn.Linear.weight`. The README lists every name.
+//!
+//! Init: every matrix (and the sink tokens and learned positions) N(0, init_std) from a seeded
+//! host RNG, so initial weights are identical on every backend; biases 0, norm gains 1. The
+//! baseline's weights are drawn first, in a fixed order, and every variant-specific parameter
+//! from a second stream, so two variants of one seed share all the weights they have in common.
 
-use crate::config::{AttentionImpl, FfnConfig, ModelConfig, NormConfig, PositionsConfig};
+use crate::attention::{Attention, Ctx, LayerProbe, PositionTables};
+use crate::config::{
+    BlockConfig, FfnConfig, Gain, HeadKind, ModelConfig, NormConfig, PositionsConfig,
+};
 use burn::module::{Module, Param};
-use burn::tensor::activation::{silu, softmax};
-use burn::tensor::module::{attention, embedding, linear};
-use burn::tensor::ops::AttentionModuleOptions;
-use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
+use burn::tensor::activation::{gelu, relu, silu};
+use burn::tensor::module::{embedding, linear};
+use burn::tensor::{Device, Int, Tensor, TensorData};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
@@ -52,223 +57,305 @@ impl HostRng {
     }
 }
 
-fn param<const D: usize>(data: Vec<f32>, shape: [usize; D], device: &Device) -> Param<Tensor<D>> {
-    Param::from_tensor(Tensor::from_data(TensorData::new(data, shape), device))
+/// The two init streams: the baseline's weights, then everything a variant adds.
+pub struct Init<'a> {
+    pub base: HostRng,
+    pub extra: HostRng,
+    pub std: f64,
+    pub device: &'a Device,
 }
 
-fn matrix(
-    rng: &mut HostRng,
-    rows: usize,
-    cols: usize,
-    std: f64,
-    device: &Device,
-) -> Param<Tensor<2>> {
-    param(rng.normal(rows * cols, std), [rows, cols], device)
+impl Init<'_> {
+    pub fn tensor<const D: usize>(&self, data: Vec<f32>, shape: [usize; D]) -> Tensor<D> {
+        Tensor::from_data(TensorData::new(data, shape), self.device)
+    }
+    pub fn param<const D: usize>(&self, data: Vec<f32>, shape: [usize; D]) -> Param<Tensor<D>> {
+        Param::from_tensor(self.tensor(data, shape))
+    }
+    /// A parameter that is saved with the model but never trained.
+    pub fn constant<const D: usize>(&self, data: Vec<f32>, shape: [usize; D]) -> Param<Tensor<D>> {
+        Param::from_tensor(self.tensor(data, shape)).set_require_grad(false)
+    }
+    pub fn filled<const D: usize>(&self, value: f32, shape: [usize; D]) -> Param<Tensor<D>> {
+        self.param(vec![value; shape.iter().product()], shape)
+    }
+    /// N(0, std) from the baseline stream.
+    pub fn normal<const D: usize>(&mut self, shape: [usize; D]) -> Param<Tensor<D>> {
+        let n = shape.iter().product();
+        let data = self.base.normal(n, self.std);
+        self.param(data, shape)
+    }
+    /// N(0, std) from the variant stream.
+    pub fn normal_extra<const D: usize>(
+        &mut self,
+        shape: [usize; D],
+        std: f64,
+    ) -> Param<Tensor<D>> {
+        let n = shape.iter().product();
+        let data = self.extra.normal(n, std);
+        self.param(data, shape)
+    }
 }
 
-/// RMSNorm: `x / sqrt(mean(x²) + eps) · g`.
+/// `y = x W + b`, W stored `[d_in, d_out]`.
 #[derive(Module, Debug)]
-pub struct RmsNorm {
+pub struct Linear {
+    pub weight: Param<Tensor<2>>,
+    pub bias: Option<Param<Tensor<1>>>,
+}
+
+impl Linear {
+    /// Weight from the baseline stream.
+    pub fn new(init: &mut Init, d_in: usize, d_out: usize, bias: bool) -> Self {
+        Self {
+            weight: init.normal([d_in, d_out]),
+            bias: bias.then(|| init.filled(0.0, [d_out])),
+        }
+    }
+    /// Weight from the variant stream.
+    pub fn new_extra(init: &mut Init, d_in: usize, d_out: usize, bias: bool) -> Self {
+        let std = init.std;
+        Self {
+            weight: init.normal_extra([d_in, d_out], std),
+            bias: bias.then(|| init.filled(0.0, [d_out])),
+        }
+    }
+    pub fn forward<const D: usize>(&self, x: Tensor<D>) -> Tensor<D> {
+        linear(x, self.weight.val(), self.bias.as_ref().map(|b| b.val()))
+    }
+}
+
+/// Which normalisation a [`Norm`] computes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum NormKind {
+    /// `x / sqrt(mean(x²) + eps) · g`.
+    Rms,
+    /// `(x − mean x) / sqrt(var x + eps) · g + b`.
+    Layer,
+}
+
+/// RMSNorm or LayerNorm over the last dimension.
+#[derive(Module, Debug)]
+pub struct Norm {
     pub gain: Param<Tensor<1>>,
+    /// LayerNorm only.
+    pub bias: Option<Param<Tensor<1>>>,
+    #[module(skip)]
+    pub kind: NormKind,
     #[module(skip)]
     pub eps: f64,
 }
 
-impl RmsNorm {
-    fn new(d: usize, eps: f64, device: &Device) -> Self {
-        Self {
-            gain: param(vec![1.0; d], [d], device),
-            eps,
+impl Norm {
+    pub fn new(cfg: &NormConfig, d: usize, init: &Init) -> Self {
+        match *cfg {
+            NormConfig::RmsNorm { eps } => Self {
+                gain: init.filled(1.0, [d]),
+                bias: None,
+                kind: NormKind::Rms,
+                eps,
+            },
+            NormConfig::LayerNorm { eps } => Self {
+                gain: init.filled(1.0, [d]),
+                bias: Some(init.filled(0.0, [d])),
+                kind: NormKind::Layer,
+                eps,
+            },
         }
     }
+
     pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
-        let inv_rms = x
-            .clone()
-            .square()
-            .mean_dim(2)
-            .add_scalar(self.eps)
-            .sqrt()
-            .recip(); // (B, T, 1)
-        x * inv_rms * self.gain.val().unsqueeze::<3>() // (B, T, d)
-    }
-}
-
-/// SwiGLU feed-forward: `W_down(silu(x W_gate) ⊙ x W_up)`.
-#[derive(Module, Debug)]
-pub struct SwiGlu {
-    pub w_gate: Param<Tensor<2>>,
-    pub w_up: Param<Tensor<2>>,
-    pub w_down: Param<Tensor<2>>,
-}
-
-impl SwiGlu {
-    pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
-        let g = silu(linear(x.clone(), self.w_gate.val(), None)); // (B, T, f)
-        let u = linear(x, self.w_up.val(), None); // (B, T, f)
-        linear(g * u, self.w_down.val(), None) // (B, T, d)
-    }
-}
-
-/// Rotary tables for positions 0..max_len: cos and sin, each (max_len, d_h/2).
-#[derive(Debug, Clone)]
-pub struct Rope {
-    cos: Tensor<2>,
-    sin: Tensor<2>,
-}
-
-impl Rope {
-    fn new(max_len: usize, d_head: usize, base: f64, device: &Device) -> Self {
-        let half = d_head / 2;
-        let mut cos = Vec::with_capacity(max_len * half);
-        let mut sin = Vec::with_capacity(max_len * half);
-        for p in 0..max_len {
-            for i in 0..half {
-                let inv_freq = base.powf(-(2.0 * i as f64) / d_head as f64);
-                let a = p as f64 * inv_freq;
-                cos.push(a.cos() as f32);
-                sin.push(a.sin() as f32);
+        let g = self.gain.val().unsqueeze::<3>(); // (1, 1, d)
+        match self.kind {
+            NormKind::Rms => {
+                let inv_rms = x
+                    .clone()
+                    .square()
+                    .mean_dim(2)
+                    .add_scalar(self.eps)
+                    .sqrt()
+                    .recip(); // (B, T, 1)
+                x * inv_rms * g
+            }
+            NormKind::Layer => {
+                let mu = x.clone().mean_dim(2); // (B, T, 1)
+                let xc = x - mu;
+                let inv_std = xc
+                    .clone()
+                    .square()
+                    .mean_dim(2)
+                    .add_scalar(self.eps)
+                    .sqrt()
+                    .recip();
+                let b = self.bias.as_ref().expect("layer norm bias").val();
+                xc * inv_std * g + b.unsqueeze::<3>()
             }
         }
-        Self {
-            cos: Tensor::from_data(TensorData::new(cos, [max_len, half]), device),
-            sin: Tensor::from_data(TensorData::new(sin, [max_len, half]), device),
-        }
-    }
-
-    /// Rotate (B, T, H, d_h) by positions 0..T: `[x1, x2] ↦ [x1 cos − x2 sin, x1 sin + x2 cos]`.
-    /// Applied before the head transpose, while the layout is contiguous.
-    fn apply(&self, x: Tensor<4>) -> Tensor<4> {
-        let [_, t, _, dh] = x.dims();
-        let half = dh / 2;
-        let cos = self
-            .cos
-            .clone()
-            .slice(0..t)
-            .unsqueeze_dim::<3>(1)
-            .unsqueeze::<4>(); // (1, T, 1, d_h/2)
-        let sin = self
-            .sin
-            .clone()
-            .slice(0..t)
-            .unsqueeze_dim::<3>(1)
-            .unsqueeze::<4>();
-        let x1 = x.clone().narrow(3, 0, half);
-        let x2 = x.narrow(3, half, half);
-        Tensor::cat(
-            vec![
-                x1.clone() * cos.clone() - x2.clone() * sin.clone(),
-                x1 * sin + x2 * cos,
-            ],
-            3,
-        )
     }
 }
 
-/// What the probe path records for one layer (all on the device).
-pub struct LayerProbe {
-    /// Attention weights (B, H, T, T); row t is query t.
-    pub attn: Tensor<4>,
-    /// Keys after positional rotation (B, H, T, d_h).
-    pub keys: Tensor<4>,
-    /// Values (B, H, T, d_h).
-    pub values: Tensor<4>,
-    /// The block's output, i.e. the residual stream after this layer (B, T, d).
-    pub hidden: Tensor<3>,
-}
-
-/// Causal multi-head self-attention, by hand.
+/// Feed-forward network: `W_down(act(x W_up))`, or gated `W_down(act(x W_gate) ⊙ x W_up)`.
 #[derive(Module, Debug)]
-pub struct Attention {
-    pub wq: Param<Tensor<2>>,
-    pub wk: Param<Tensor<2>>,
-    pub wv: Param<Tensor<2>>,
-    pub wo: Param<Tensor<2>>,
+pub struct Mlp {
+    /// Gated variants (SwiGLU, GeGLU, ReGLU) only.
+    pub w_gate: Option<Linear>,
+    pub w_up: Linear,
+    pub w_down: Linear,
     #[module(skip)]
-    pub n_heads: usize,
+    pub kind: FfnConfig,
 }
 
-/// Per-forward context shared by all layers.
-struct Ctx<'a> {
-    rope: Option<&'a Rope>,
-    /// True above the diagonal: (1, 1, T, T).
-    causal: Tensor<4, Bool>,
-    fused: bool,
-}
-
-impl Attention {
-    /// Project and split heads: (B, T, d) → (B, H, T, d_h), rotating by position if `rope`.
-    fn heads(&self, x: Tensor<3>, w: &Param<Tensor<2>>, rope: Option<&Rope>) -> Tensor<4> {
-        let [b, t, d] = x.dims();
-        let h = self.n_heads;
-        let y = linear(x, w.val(), None).reshape([b, t, h, d / h]); // (B, T, H, d_h)
-        let y = match rope {
-            Some(r) => r.apply(y),
-            None => y,
-        };
-        y.swap_dims(1, 2) // (B, H, T, d_h)
+impl Mlp {
+    fn new(cfg: &ModelConfig, init: &mut Init) -> Self {
+        let (d, f, b) = (cfg.d_model, cfg.d_ff, cfg.bias);
+        let gated = matches!(
+            cfg.ffn,
+            FfnConfig::Swiglu {} | FfnConfig::Geglu {} | FfnConfig::Reglu {}
+        );
+        let w_gate = gated.then(|| Linear::new(init, d, f, b));
+        let w_up = Linear::new(init, d, f, b);
+        let w_down = Linear::new(init, f, d, b);
+        Self {
+            w_gate,
+            w_up,
+            w_down,
+            kind: cfg.ffn,
+        }
     }
 
-    fn forward(&self, x: Tensor<3>, ctx: &Ctx, probe: Option<&mut Vec<LayerProbe>>) -> Tensor<3> {
-        let [b, t, d] = x.dims();
-        let dh = d / self.n_heads;
-        let q = self.heads(x.clone(), &self.wq, ctx.rope);
-        let k = self.heads(x.clone(), &self.wk, ctx.rope);
-        let v = self.heads(x, &self.wv, None);
-        let out = if ctx.fused && probe.is_none() {
-            let options = AttentionModuleOptions {
-                scale: None,
-                softcap: None,
-                is_causal: true,
-            };
-            attention(q, k, v, None, None, options) // (B, H, T, d_h)
-        } else {
-            // Scale q (B, H, T, d_h) rather than the (B, H, T, T) scores: same maths, fewer flops.
-            let scores = (q / (dh as f64).sqrt()).matmul(k.clone().swap_dims(2, 3)); // (B, H, T, T)
-            let mask = ctx.causal.clone().expand([b, self.n_heads, t, t]);
-            let a = softmax(scores.mask_fill(mask, f32::NEG_INFINITY), 3); // rows sum to 1
-            let out = a.clone().matmul(v.clone()); // (B, H, T, d_h)
-            if let Some(p) = probe {
-                p.push(LayerProbe {
-                    attn: a,
-                    keys: k,
-                    values: v,
-                    hidden: Tensor::zeros([1, 1, 1], &out.device()), // filled in by the block
-                });
-            }
-            out
-        };
-        let out = out.swap_dims(1, 2).reshape([b, t, d]); // (B, T, d): heads concatenated
-        linear(out, self.wo.val(), None)
+    pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
+        let gate = |x: Tensor<3>| self.w_gate.as_ref().expect("gated FFN").forward(x); // (B, T, f)
+        let hidden = match self.kind {
+            FfnConfig::Relu {} => relu(self.w_up.forward(x)),
+            FfnConfig::Gelu {} => gelu(self.w_up.forward(x)),
+            FfnConfig::Silu {} => silu(self.w_up.forward(x)),
+            FfnConfig::Swiglu {} => silu(gate(x.clone())) * self.w_up.forward(x),
+            FfnConfig::Geglu {} => gelu(gate(x.clone())) * self.w_up.forward(x),
+            FfnConfig::Reglu {} => relu(gate(x.clone())) * self.w_up.forward(x),
+        }; // (B, T, f)
+        self.w_down.forward(hidden) // (B, T, d)
     }
 }
 
-/// Pre-norm block: `h = h + Attn(N1(h)); h = h + MLP(N2(h))`.
+/// A scalar gain of a block: a trained parameter, or a constant.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum GainValue {
+    Constant(f64),
+    Trained,
+}
+
+fn gain_param(g: &Gain, init: &Init) -> (Option<Param<Tensor<1>>>, GainValue) {
+    if g.trainable {
+        (Some(init.filled(g.init as f32, [1])), GainValue::Trained)
+    } else {
+        (None, GainValue::Constant(g.init))
+    }
+}
+
+/// `g · x` for a gain that is a parameter (shape [1]) or a constant (1 costs nothing).
+fn scale(x: Tensor<3>, param: &Option<Param<Tensor<1>>>, value: GainValue) -> Tensor<3> {
+    match (value, param) {
+        (GainValue::Constant(c), _) if c == 1.0 => x,
+        (GainValue::Constant(c), _) => x * c,
+        (GainValue::Trained, Some(p)) => x * p.val().unsqueeze::<3>(),
+        (GainValue::Trained, None) => unreachable!("trained gain without a parameter"),
+    }
+}
+
+/// How a block wires its sub-blocks (the resolved [`BlockConfig`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Wiring {
+    PreNorm,
+    PostNorm,
+    Parallel,
+}
+
+/// One transformer block.
 #[derive(Module, Debug)]
 pub struct Block {
-    pub norm1: RmsNorm,
+    /// Pre-norm: before attention; post-norm: after the attention residual; parallel: the one
+    /// norm both sub-blocks read.
+    pub norm1: Norm,
     pub attn: Attention,
-    pub norm2: RmsNorm,
-    pub mlp: SwiGlu,
+    /// Absent in the parallel block.
+    pub norm2: Option<Norm>,
+    pub mlp: Mlp,
+    /// Trained gains (shape [1]) of the general block; constant ones live in `gains`.
+    pub alpha_sa: Option<Param<Tensor<1>>>,
+    pub beta_sa: Option<Param<Tensor<1>>>,
+    pub alpha_ff: Option<Param<Tensor<1>>>,
+    pub beta_ff: Option<Param<Tensor<1>>>,
+    #[module(skip)]
+    pub wiring: Wiring,
+    /// α_SA, β_SA, α_FF, β_FF (the parallel block's α is α_SA and it has no α_FF).
+    #[module(skip)]
+    pub gains: [GainValue; 4],
 }
 
 impl Block {
-    fn forward(
-        &self,
-        h: Tensor<3>,
-        ctx: &Ctx,
-        mut probe: Option<&mut Vec<LayerProbe>>,
-    ) -> Tensor<3> {
-        let h = h.clone()
-            + self
-                .attn
-                .forward(self.norm1.forward(h), ctx, probe.as_deref_mut());
-        let h = h.clone() + self.mlp.forward(self.norm2.forward(h));
-        if let Some(p) = probe
-            && let Some(last) = p.last_mut()
-        {
-            last.hidden = h.clone();
+    fn new(cfg: &ModelConfig, layer: usize, init: &mut Init) -> Self {
+        let d = cfg.d_model;
+        let norm1 = Norm::new(&cfg.norm, d, init);
+        let attn = Attention::new(cfg, layer, init);
+        let mlp = Mlp::new(cfg, init);
+        let one = Gain::default();
+        let (wiring, g) = match &cfg.block {
+            BlockConfig::PreNorm { gains } => (
+                Wiring::PreNorm,
+                [gains.alpha_sa, gains.beta_sa, gains.alpha_ff, gains.beta_ff],
+            ),
+            BlockConfig::PostNorm {} => (Wiring::PostNorm, [one; 4]),
+            BlockConfig::Parallel { gains } => (
+                Wiring::Parallel,
+                [gains.alpha, gains.beta_sa, one, gains.beta_ff],
+            ),
+        };
+        let norm2 = (wiring != Wiring::Parallel).then(|| Norm::new(&cfg.norm, d, init));
+        let [(a_sa, va), (b_sa, vb), (a_ff, vc), (b_ff, vd)] = g.map(|g| gain_param(&g, init));
+        Self {
+            norm1,
+            attn,
+            norm2,
+            mlp,
+            alpha_sa: a_sa,
+            beta_sa: b_sa,
+            alpha_ff: a_ff,
+            beta_ff: b_ff,
+            wiring,
+            gains: [va, vb, vc, vd],
         }
-        h
+    }
+
+    fn forward(&self, h: Tensor<3>, ctx: &Ctx, probe: Option<&mut LayerProbe>) -> Tensor<3> {
+        let [ga_sa, gb_sa, ga_ff, gb_ff] = self.gains;
+        let out = match self.wiring {
+            Wiring::PreNorm => {
+                // x̂ = α_SA x + β_SA Attn(N1(x));  out = α_FF x̂ + β_FF MLP(N2(x̂))
+                let a = self.attn.forward(self.norm1.forward(h.clone()), ctx, probe);
+                let h = scale(h, &self.alpha_sa, ga_sa) + scale(a, &self.beta_sa, gb_sa);
+                let n2 = self.norm2.as_ref().expect("pre-norm has norm2");
+                let m = self.mlp.forward(n2.forward(h.clone()));
+                scale(h, &self.alpha_ff, ga_ff) + scale(m, &self.beta_ff, gb_ff)
+            }
+            Wiring::PostNorm => {
+                // x = N1(x + Attn(x));  x = N2(x + MLP(x))
+                let h = self
+                    .norm1
+                    .forward(h.clone() + self.attn.forward(h, ctx, probe));
+                let n2 = self.norm2.as_ref().expect("post-norm has norm2");
+                n2.forward(h.clone() + self.mlp.forward(h))
+            }
+            Wiring::Parallel => {
+                // out = α x + β_SA Attn(N(x)) + β_FF MLP(N(x))
+                let u = self.norm1.forward(h.clone());
+                let a = self.attn.forward(u.clone(), ctx, probe);
+                let m = self.mlp.forward(u);
+                scale(h, &self.alpha_sa, ga_sa)
+                    + scale(a, &self.beta_sa, gb_sa)
+                    + scale(m, &self.beta_ff, gb_ff)
+            }
+        };
+        out // (B, S, d)
     }
 }
 
@@ -277,84 +364,132 @@ impl Block {
 pub struct Lm {
     /// Token embedding (V, d).
     pub embed: Param<Tensor<2>>,
+    /// Learned absolute positions (ctx, d).
+    pub pos_embed: Option<Param<Tensor<2>>>,
+    /// T5 relative-position bias table (buckets, H), shared by all layers.
+    pub rel_bias: Option<Param<Tensor<2>>>,
+    /// Learnable sink tokens (N, d), prepended to every sequence.
+    pub sink_tokens: Option<Param<Tensor<2>>>,
     pub blocks: Vec<Block>,
-    pub norm_f: RmsNorm,
-    /// Output head (d, V), untied from the embedding.
-    pub head: Param<Tensor<2>>,
+    /// Final norm (absent in post-norm models).
+    pub norm_f: Option<Norm>,
+    /// Output head (d, V); absent when tied to the embedding.
+    pub head: Option<Linear>,
     #[module(skip)]
-    pub rope: Option<Rope>,
+    pub tables: PositionTables,
     #[module(skip)]
-    pub fused: bool,
+    pub cfg: ModelConfig,
 }
 
 impl Lm {
-    /// Build with weights drawn from N(0, init_std) by a seeded host RNG (identical on every
-    /// backend); norm gains start at 1.
+    /// Build with weights drawn from N(0, init_std) by seeded host RNGs (identical on every
+    /// backend).
     pub fn new(cfg: &ModelConfig, vocab: usize, seed: u64, device: &Device) -> Self {
         let d = cfg.d_model;
-        let std = cfg.resolved_init_std();
-        let mut rng = HostRng::new(seed);
-        let NormConfig::RmsNorm { eps } = cfg.norm;
-        let FfnConfig::Swiglu {} = cfg.ffn;
-        let embed = matrix(&mut rng, vocab, d, std, device);
-        let blocks = (0..cfg.n_layers)
-            .map(|_| Block {
-                norm1: RmsNorm::new(d, eps, device),
-                attn: Attention {
-                    wq: matrix(&mut rng, d, d, std, device),
-                    wk: matrix(&mut rng, d, d, std, device),
-                    wv: matrix(&mut rng, d, d, std, device),
-                    wo: matrix(&mut rng, d, d, std, device),
-                    n_heads: cfg.n_heads,
-                },
-                norm2: RmsNorm::new(d, eps, device),
-                mlp: SwiGlu {
-                    w_gate: matrix(&mut rng, d, cfg.d_ff, std, device),
-                    w_up: matrix(&mut rng, d, cfg.d_ff, std, device),
-                    w_down: matrix(&mut rng, cfg.d_ff, d, std, device),
-                },
-            })
+        let mut init = Init {
+            base: HostRng::new(seed),
+            extra: HostRng::new(seed ^ 0x5eed_0f_7a41_a7e5),
+            std: cfg.resolved_init_std(),
+            device,
+        };
+        let embed = init.normal([vocab, d]);
+        let blocks: Vec<Block> = (0..cfg.n_layers)
+            .map(|l| Block::new(cfg, l, &mut init))
             .collect();
-        let head = matrix(&mut rng, d, vocab, std, device);
-        let rope = match cfg.positions {
-            PositionsConfig::Nope {} => None,
-            PositionsConfig::Rope { base } => Some(Rope::new(cfg.ctx, cfg.d_head(), base, device)),
+        let head = match cfg.head {
+            HeadKind::Untied => Some(Linear::new(&mut init, d, vocab, cfg.bias)),
+            HeadKind::Tied => None,
+        };
+        let norm_f = match cfg.block {
+            BlockConfig::PostNorm {} => None,
+            BlockConfig::PreNorm { .. } | BlockConfig::Parallel { .. } => {
+                Some(Norm::new(&cfg.norm, d, &init))
+            }
+        };
+        let std = init.std;
+        let pos_embed = matches!(cfg.positions, PositionsConfig::Learned {})
+            .then(|| init.normal_extra([cfg.ctx, d], std));
+        let sink_tokens =
+            (cfg.sink_tokens > 0).then(|| init.normal_extra([cfg.sink_tokens, d], std));
+        let rel_bias = match cfg.positions {
+            PositionsConfig::Relative { buckets, .. } => {
+                Some(init.filled(0.0, [buckets, cfg.n_heads]))
+            }
+            _ => None,
         };
         Self {
             embed,
+            pos_embed,
+            rel_bias,
+            sink_tokens,
             blocks,
-            norm_f: RmsNorm::new(d, eps, device),
+            norm_f,
             head,
-            rope,
-            fused: cfg.attention == AttentionImpl::Fused,
+            tables: PositionTables::new(cfg, device),
+            cfg: cfg.clone(),
         }
     }
 
+    /// Real-token hidden states after the last block, (B, T, d), recording probes if asked.
     fn run(&self, tokens: Tensor<2, Int>, mut probe: Option<&mut Vec<LayerProbe>>) -> Tensor<3> {
-        let [_, t] = tokens.dims();
-        let device = tokens.device();
-        let ctx = Ctx {
-            rope: self.rope.as_ref(),
-            causal: Tensor::<2, Bool>::tril_mask([t, t], 0, &device).unsqueeze::<4>(),
-            fused: self.fused,
-        };
+        let [b, t] = tokens.dims();
+        let n_sink = self.cfg.sink_tokens;
         let mut h = embedding(self.embed.val(), tokens); // (B, T, d)
-        for block in &self.blocks {
-            h = block.forward(h, &ctx, probe.as_deref_mut());
+        if let Some(pe) = &self.tables.sinusoidal {
+            h = h + pe.clone().slice(0..t).unsqueeze::<3>(); // + (1, T, d)
         }
-        linear(self.norm_f.forward(h), self.head.val(), None) // (B, T, V)
+        if let Some(pe) = &self.pos_embed {
+            h = h + pe.val().slice(0..t).unsqueeze::<3>();
+        }
+        if let Some(s) = &self.sink_tokens {
+            let d = self.cfg.d_model;
+            let sinks = s.val().unsqueeze::<3>().expand([b, n_sink, d]); // (B, N, d)
+            h = Tensor::cat(vec![sinks, h], 1); // (B, N+T, d)
+        }
+        let ctx = Ctx::new(
+            &self.cfg,
+            &self.tables,
+            self.rel_bias.as_ref().map(|p| p.val()),
+            t,
+            &h.device(),
+        );
+        for block in &self.blocks {
+            let mut layer = probe.as_ref().map(|_| LayerProbe::default());
+            h = block.forward(h, &ctx, layer.as_mut());
+            if let (Some(p), Some(mut layer)) = (probe.as_deref_mut(), layer) {
+                layer.hidden = Some(h.clone().narrow(1, n_sink, t)); // (B, T, d)
+                p.push(layer);
+            }
+        }
+        if n_sink > 0 {
+            h = h.narrow(1, n_sink, t); // drop the sink tokens: (B, T, d)
+        }
+        h
+    }
+
+    /// Logits (B, T, V) from real-token hidden states (B, T, d).
+    fn logits(&self, h: Tensor<3>) -> Tensor<3> {
+        let h = match &self.norm_f {
+            Some(n) => n.forward(h),
+            None => h,
+        };
+        match &self.head {
+            Some(head) => head.forward(h),
+            None => linear(h, self.embed.val().transpose(), None), // tied: h Eᵀ
+        }
     }
 
     /// Logits (B, T, V) for token ids (B, T).
     pub fn forward(&self, tokens: Tensor<2, Int>) -> Tensor<3> {
-        self.run(tokens, None)
+        let h = self.run(tokens, None);
+        self.logits(h)
     }
 
-    /// Logits plus every layer's attention weights, keys, values and block output.
+    /// Logits plus every layer's attention weights, keys, values, gates and block output.
     pub fn forward_probe(&self, tokens: Tensor<2, Int>) -> (Tensor<3>, Vec<LayerProbe>) {
         let mut probe = Vec::with_capacity(self.blocks.len());
-        let logits = self.run(tokens, Some(&mut probe));
-        (logits, probe)
+        let h = self.run(tokens, Some(&mut probe));
+        (self.logits(h), probe)
     }
 }
 
@@ -373,15 +508,17 @@ pub fn masked_nll(
     (picked * mask).sum().neg() / denom
 }
 
-/// Number of parameters in the model's `Param`s.
+/// Number of parameters in the model's `Param`s (trained or not).
 pub fn count_params(model: &Lm) -> usize {
     model.num_params()
 }
 
 /// Parameter count without the token embedding (for FLOP estimates, as in Kaplan et al.).
+/// A tied head counts as a (d, V) matrix, since it costs the same FLOPs.
 pub fn non_embedding_params(model: &Lm) -> usize {
     let [v, d] = model.embed.dims();
-    model.num_params() - v * d
+    let tied = if model.head.is_none() { v * d } else { 0 };
+    model.num_params() - v * d + tied
 }
 
 #[cfg(test)]

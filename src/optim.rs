@@ -52,11 +52,19 @@ pub fn clip_scale(grad_norm: f64, clip: Option<f64>) -> f64 {
     }
 }
 
-/// Does weight decay apply to this parameter?
+/// Does weight decay apply to this parameter? `matrices_only` decays the weight matrices of
+/// linear layers (`*.weight`, the head included) and of the linear-kernel feature MLP
+/// (`*.phi.w1`, `*.phi.w2`), never norms, gains, biases, embeddings (token, position, sink
+/// tokens) or slot parameters (sink logit, k*, v*, V bias, memory K/V).
 pub fn decays(policy: DecayPolicy, name: &str, rank: usize) -> bool {
     match policy {
         DecayPolicy::All => true,
-        DecayPolicy::MatricesOnly => rank == 2 && name != "embed",
+        DecayPolicy::MatricesOnly => {
+            rank == 2
+                && (name.ends_with(".weight")
+                    || name.ends_with(".phi.w1")
+                    || name.ends_with(".phi.w2"))
+        }
     }
 }
 
@@ -418,6 +426,15 @@ mod tests {
         assert!(decays(DecayPolicy::All, "blocks.0.norm1.gain", 1));
         assert!(!decays(DecayPolicy::MatricesOnly, "blocks.0.norm1.gain", 1));
         assert!(!decays(DecayPolicy::MatricesOnly, "embed", 2));
-        assert!(decays(DecayPolicy::MatricesOnly, "blocks.3.attn.wq", 2));
+        assert!(!decays(DecayPolicy::MatricesOnly, "pos_embed", 2));
+        assert!(!decays(DecayPolicy::MatricesOnly, "sink_tokens", 2));
+        assert!(!decays(DecayPolicy::MatricesOnly, "blocks.0.attn.k_star", 2));
+        assert!(!decays(DecayPolicy::MatricesOnly, "blocks.0.attn.wq.bias", 1));
+        assert!(!decays(DecayPolicy::MatricesOnly, "blocks.0.alpha_sa", 1));
+        assert!(decays(DecayPolicy::MatricesOnly, "blocks.3.attn.wq.weight", 2));
+        assert!(decays(DecayPolicy::MatricesOnly, "blocks.3.attn.gate.weight", 2));
+        assert!(decays(DecayPolicy::MatricesOnly, "blocks.1.attn.phi.w2", 2));
+        assert!(decays(DecayPolicy::MatricesOnly, "head.weight", 2));
+        assert!(decays(DecayPolicy::All, "blocks.0.attn.sink_logit", 1));
     }
 }

@@ -15,7 +15,7 @@ use crate::backend::{self, Provenance};
 use crate::checkpoint::{self, HostTensor};
 use crate::config::{self, Experiment};
 use crate::data::{self, Batch, Dataset, Sampler};
-use crate::metrics::{Array, LayerArrays, SinkReport};
+use crate::metrics::{Array, LayerArrays, Proxy, SinkReport, split_attention};
 use crate::model::{self, Lm};
 use crate::optim::{self, AdamW, GradAccumulator};
 use crate::parallel::{self, Workers};
@@ -246,27 +246,49 @@ pub fn probe_metrics(
 ) -> SinkReport {
     let model = model.valid();
     let n_layers = model.blocks.len();
-    let mut per_layer: Vec<[Vec<Array>; 4]> = (0..n_layers).map(|_| Default::default()).collect();
+    let proxy = Proxy::for_normaliser(&exp.model.attention.normaliser);
+    #[derive(Default)]
+    struct Acc {
+        attn: Vec<Array>,
+        mass: Vec<Array>,
+        keys: Vec<Array>,
+        values: Vec<Array>,
+        hidden: Vec<Array>,
+        gate: (f64, usize),
+    }
+    let mut per_layer: Vec<Acc> = (0..n_layers).map(|_| Acc::default()).collect();
+    let mut has_slots = proxy == Proxy::ImplicitSlot;
     let mut from = 0;
     while from < probe.batch {
         let to = (from + chunk).min(probe.batch);
         let (x, _, _) = batch_tensors(&slice_batch(probe, from, to), device);
         let (_, layers) = model.forward_probe(x);
-        for (l, p) in layers.into_iter().enumerate() {
-            per_layer[l][0].push(to_array(p.attn));
-            per_layer[l][1].push(to_array(p.keys));
-            per_layer[l][2].push(to_array(p.values));
-            per_layer[l][3].push(to_array(p.hidden));
+        for (acc, p) in per_layer.iter_mut().zip(layers) {
+            let w = to_array(p.attn.expect("the probe path records attention weights"));
+            has_slots |= p.slot_cols + p.sink_tokens > 0;
+            let (attn, mass) = split_attention(&w, p.slot_cols, p.sink_tokens, proxy);
+            acc.attn.push(attn);
+            acc.mass.push(mass);
+            acc.keys.push(to_array(p.keys.expect("keys")));
+            acc.values.push(to_array(p.values.expect("values")));
+            acc.hidden.push(to_array(p.hidden.expect("hidden")));
+            if let Some(g) = p.gate {
+                let g = to_array(g);
+                acc.gate.0 += g.data.iter().map(|&x| x as f64).sum::<f64>();
+                acc.gate.1 += g.data.len();
+            }
         }
         from = to;
     }
     let layers: Vec<LayerArrays> = per_layer
         .into_iter()
-        .map(|[a, k, v, h]| LayerArrays {
-            attn: concat_arrays(a),
-            keys: concat_arrays(k),
-            values: concat_arrays(v),
-            hidden: concat_arrays(h),
+        .map(|acc| LayerArrays {
+            attn: concat_arrays(acc.attn),
+            slot_mass: has_slots.then(|| concat_arrays(acc.mass)),
+            keys: concat_arrays(acc.keys),
+            values: concat_arrays(acc.values),
+            hidden: concat_arrays(acc.hidden),
+            gate_mean: (acc.gate.1 > 0).then(|| acc.gate.0 / acc.gate.1 as f64),
         })
         .collect();
     SinkReport::compute(&layers, &exp.metrics.eps, exp.metrics.k_max)
@@ -408,7 +430,10 @@ pub fn train(
     ));
 
     let sampler = Sampler::new(&data, &exp.data, exp.model.ctx, exp.run.seed)?;
-    let val = data::validation_batch(&data, exp.train.eval_sequences, exp.model.ctx, exp.data.bos)?;
+    let ignored = exp.model.attention.mask.ignored_targets();
+    let mut val =
+        data::validation_batch(&data, exp.train.eval_sequences, exp.model.ctx, exp.data.bos)?;
+    data::ignore_first_targets(&mut val, ignored);
     let probe = data::validation_batch(
         &data,
         exp.metrics.probe_sequences,
@@ -496,7 +521,11 @@ pub fn train(
     for step in start_step..total {
         let lr = optim::learning_rate(&exp.optim, step, total);
         let batches: Vec<Batch> = (0..accum)
-            .map(|m| sampler.batch(&data, step, m, exp.train.micro_batch))
+            .map(|m| {
+                let mut b = sampler.batch(&data, step, m, exp.train.micro_batch);
+                data::ignore_first_targets(&mut b, ignored);
+                b
+            })
             .collect();
         let (grads, loss) = gradients(&model, &batches, &device, &workers);
         let gnorm = grads.global_norm();

@@ -64,6 +64,8 @@ fn every_metric_matches_numpy_on_every_case() {
         let layers: Vec<LayerArrays> = (0..attn.len())
             .map(|l| LayerArrays {
                 attn: attn[l].clone(),
+                slot_mass: None,
+                gate_mean: None,
                 keys: keys[l].clone(),
                 values: values[l].clone(),
                 hidden: hidden[l].clone(),

@@ -6,7 +6,7 @@ use burn::module::{Module, Param};
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use serde_json::Value;
 use sinklab::checkpoint::HostTensor;
-use sinklab::config::{AttentionImpl, ModelConfig, OptimConfig, ScheduleConfig};
+use sinklab::config::{AttentionConfig, AttentionKernel, ModelConfig, OptimConfig, ScheduleConfig};
 use sinklab::model::{Lm, masked_nll};
 use sinklab::optim::{self, AdamW, GradAccumulator};
 use std::collections::BTreeMap;
@@ -57,7 +57,7 @@ fn device() -> Device {
     sinklab::backend::device(sinklab::config::DeviceKind::Flex).unwrap()
 }
 
-fn golden_model(g: &Value, attention: AttentionImpl, dev: &Device) -> Lm {
+fn golden_model(g: &Value, kernel: AttentionKernel, dev: &Device) -> Lm {
     let c = &g["config"];
     let cfg = ModelConfig {
         d_model: c["d_model"].as_u64().unwrap() as usize,
@@ -65,7 +65,10 @@ fn golden_model(g: &Value, attention: AttentionImpl, dev: &Device) -> Lm {
         n_heads: c["n_heads"].as_u64().unwrap() as usize,
         d_ff: c["d_ff"].as_u64().unwrap() as usize,
         ctx: c["ctx"].as_u64().unwrap() as usize,
-        attention,
+        attention: AttentionConfig {
+            kernel,
+            ..AttentionConfig::default()
+        },
         ..ModelConfig::default()
     };
     let model = Lm::new(&cfg, c["vocab"].as_u64().unwrap() as usize, 0, dev);
@@ -100,7 +103,7 @@ fn tokens(g: &Value, key: &str, dev: &Device) -> Tensor<2, Int> {
 fn logits_attention_and_loss_match_numpy() {
     let g = golden();
     let dev = device();
-    for attention in [AttentionImpl::Manual, AttentionImpl::Fused] {
+    for attention in [AttentionKernel::Manual, AttentionKernel::Fused] {
         let model = golden_model(&g, attention, &dev);
         let x = tokens(&g, "tokens", &dev);
         let logits = model.forward(x.clone());
@@ -136,13 +139,14 @@ fn logits_attention_and_loss_match_numpy() {
         );
     }
     // The probe path gives the same logits and the reference's attention weights.
-    let model = golden_model(&g, AttentionImpl::Manual, &dev);
+    let model = golden_model(&g, AttentionKernel::Manual, &dev);
     let (logits, layers) = model.forward_probe(tokens(&g, "tokens", &dev));
     let got = logits.into_data().try_to_vec::<f32>().unwrap();
     assert_close(&got, &floats(&g["logits"]), 1e-4, 1e-4, "probe logits");
     let a = layers[1]
         .attn
         .clone()
+        .unwrap()
         .into_data()
         .try_to_vec::<f32>()
         .unwrap();
@@ -159,12 +163,13 @@ fn logits_attention_and_loss_match_numpy() {
 fn attention_is_causal_and_row_stochastic() {
     let g = golden();
     let dev = device();
-    let model = golden_model(&g, AttentionImpl::Manual, &dev);
+    let model = golden_model(&g, AttentionKernel::Manual, &dev);
     let x = tokens(&g, "tokens", &dev);
     let (_, layers) = model.forward_probe(x.clone());
     for (l, p) in layers.iter().enumerate() {
-        let [b, h, t, _] = p.attn.dims();
-        let a = p.attn.clone().into_data().try_to_vec::<f32>().unwrap();
+        let attn = p.attn.clone().unwrap();
+        let [b, h, t, _] = attn.dims();
+        let a = attn.into_data().try_to_vec::<f32>().unwrap();
         for r in 0..b * h * t {
             let row = &a[r * t..(r + 1) * t];
             let q = r % t;
@@ -175,7 +180,7 @@ fn attention_is_causal_and_row_stochastic() {
             let s: f32 = row.iter().sum();
             assert!((s - 1.0).abs() < 1e-5, "layer {l} row {r} sums to {s}");
         }
-        assert_eq!(p.hidden.dims(), [b, t, 16]);
+        assert_eq!(p.hidden.as_ref().unwrap().dims(), [b, t, 16]);
     }
     // Changing the last token leaves every earlier position's logits unchanged.
     let base = model
