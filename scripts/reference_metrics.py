@@ -36,13 +36,42 @@ causal, rows sum to 1; h = hidden states [B, T, D]; k, v = keys/values [B, H, T,
                         (Sun et al. 2024; strict > 100, non-strict >= 1000x)
   key_norm_first[l]   = mean_{b,h} ||k[b,h,0]||,  key_norm_rest[l] = mean_{b,h,t>=1} ||k[b,h,t]||
   value_norm_first/rest likewise for v.
+  first_token_mass[l] = mean_{b,h,i} A[l,b,h,i,0]   (F-Attn per layer),  f_attn = mean_l of it
+  m_act               = max_l top3[l][0]
+
+Slot-aware cases start from raw weights W [L, B, H, S, C] instead of A: C = slot_cols + S
+columns (slot columns: a learned sink logit, a KV/K-bias key, memory keys; then sink_tokens
+= N learnable sink-token columns; then the T real tokens), S = N + T query rows (the N
+sink-token queries first; only the T real queries are measured). For real query i (row N+i)
+let r = W[l,b,h,N+i,:] and front = slot_cols + N; by proxy:
+  weights        r' = r,                    implicit = 0
+  implicit_slot  r' = r,                    implicit = 1 - sum r        (softmax_n rows)
+  non_negative   r' = r / (sum r + 1e-8),   implicit = 0
+  signed         r' = |r| / sum|r|  (0 if sum|r| = 0),  implicit = 0
+  A[l,b,h,i,:] = r'[front:]   (the split attention, [L, B, H, T, T])
+  slot_mass[l,b,h,i] = sum r'[:front] + implicit
+Every metric above is then computed on the split A (hidden [L,B,T,D], keys/values
+[L,B,H,T,dh] cover the real tokens only), and in addition:
+  slot_importance[l,b,h] = mean_i slot_mass[l,b,h,i]
+  slot_rate[eps]      = 100 * mean_{l,b,h} [slot_importance > eps]  (strict >, same eps grid)
+  slot_mass_layer[l]  = mean_{b,h,i} slot_mass[l,b,h,i]
+  gate_mean[l]        = plain mean of every entry of gate[l] ([B, S, G]), when a case has one
 
 Cases: "random_L3_T12" (strong token-1 sinks, sinks on token 3 = index 2, uniform-ish and
 random heads; injected massive activations that pass and fail each half of the rule),
 "thresholds_T4" (hand-built, importances exactly at or 1e-4 / 2^-10 around the thresholds;
 massive values exactly at 100 and at 1000 x median), "probe_T64" (the real probe length, a sink head and a random head).
-In the random cases every importance is at least MARGIN away from every eps and every |x| is
-well away from both massive thresholds (asserted), so f32-vs-f64 rounding cannot flip a count.
+Slot-aware cases (L = B = H = 2): "softmax_sink_logit_T8" (softmax over [sink logit | tokens],
+proxy weights, several heads with > 0.3 of their mass on the slot), "kv_bias_sink_tokens_T6"
+(softmax over [KV bias | 2 sink tokens | tokens], proxy weights), "softmax_n_T10" (rows sum to
+< 1, proxy implicit_slot), "sigmoid_T7" (unnormalised sigmoid weights in (0,1) with a slot
+column, proxy non_negative), "signed_memory_gate_T9" (signed linear-kernel scores over
+[2 memory keys | tokens], proxy signed, with a gate array). Their raw weights are causal
+(real key j > i exactly 0; slot and sink-token columns nonzero) and quantised like the random
+attention (softmax: rows sum to 1; softmax_n and sigmoid: multiples of 1e-6; signed: 4 decimals).
+In the random and slot-aware cases every importance (and every slot importance) is at least
+MARGIN away from every eps and every |x| is well away from both massive thresholds (asserted),
+so f32-vs-f64 rounding cannot flip a count.
 """
 import argparse
 import json
@@ -310,6 +339,27 @@ def alpha_margin(alpha):
     return min(abs(a - e) for a in alpha.ravel() for e in EPS_GRID)
 
 
+def raw_mask(N, T, slot_cols):
+    """[S, C] entries a raw attention row may use: every slot column, and sequence column j
+    (sink tokens first, then real tokens) for query s iff j <= s (causal)."""
+    S = N + T
+    m = np.zeros((S, slot_cols + S), dtype=bool)
+    m[:, :slot_cols] = True
+    for q in range(S):
+        m[q, slot_cols:slot_cols + q + 1] = True
+    return m
+
+
+def check_raw(raw, slot_cols, sink_tokens):
+    L, B, H, S, C = raw.shape
+    mask = raw_mask(sink_tokens, S - sink_tokens, slot_cols)
+    assert np.all(raw[..., ~mask] == 0.0), "masked entries must be exactly 0"
+    front = slot_cols + sink_tokens
+    for q in range(S):
+        # every slot column and every visible sink-token column is nonzero
+        assert np.all(raw[..., q, :min(front, slot_cols + q + 1)] != 0.0), "zero slot entry"
+
+
 def massive_margin(hidden):
     """Smallest relative distance of any |x| > 50 to either massive threshold."""
     L, B, _, _ = hidden.shape
@@ -502,8 +552,162 @@ def case_probe_t64():
 
 
 # ---------------------------------------------------------------------------------------
+# Slot-aware cases: raw attention rows over [slot columns | sink tokens | real tokens].
 
-def build_case(name, desc, attn, hidden, keys, values, random_case):
+def raw_scores(rng, L, B, H, N, T, slot_cols, kinds):
+    """kinds[l][h] in {"slot", "sinktok", "sink0", "random", "low", "high"}: N(0,1) scores
+    (N(0,1.5) for "random") plus a U(1.5,5) offset on the slot columns ("slot"), on the
+    sink-token columns ("sinktok") or on real token 1 ("sink0"), or -2 / +2 on every score
+    ("low" / "high")."""
+    S = N + T
+    C = slot_cols + S
+    z = np.zeros((L, B, H, S, C))
+    for l in range(L):
+        for h in range(H):
+            kind = kinds[l][h]
+            for b in range(B):
+                x = rng.normal(0.0, 1.5 if kind == "random" else 1.0, size=(S, C))
+                if kind in ("slot", "sinktok", "sink0"):
+                    strength = rng.uniform(1.5, 5.0)
+                    if kind == "slot":
+                        x[:, :slot_cols] += strength
+                    elif kind == "sinktok":
+                        x[:, slot_cols:slot_cols + N] += strength
+                    else:
+                        x[:, slot_cols + N] += strength
+                elif kind == "low":
+                    x -= 2.0
+                elif kind == "high":
+                    x += 2.0
+                z[l, b, h] = x
+    return z
+
+
+def raw_weights(z, mask, transform):
+    """Scores [..., S, C] -> float32 raw weights, masked entries exactly 0.
+    softmax: rows sum to 1 (quantised to 1e-6 as random_attention does);
+    softmax_n: e^z / (1 + sum e^z), rows sum to < 1 (quantised to 1e-6);
+    sigmoid: 1/(1+e^-z) in [1e-6, 1-1e-6] (quantised to 1e-6), unnormalised;
+    signed: the scores themselves (4 decimals), negative entries included."""
+    C = z.shape[-1]
+    if transform == "softmax":
+        s = np.where(mask, z, -np.inf)
+        e = np.exp(s - s.max(axis=-1, keepdims=True))
+        q = np.round(e / e.sum(axis=-1, keepdims=True) * 1e6).astype(np.int64)
+        rows = q.reshape(-1, C)
+        rows[np.arange(rows.shape[0]), rows.argmax(-1)] += 1_000_000 - rows.sum(-1)
+        assert np.all(rows.sum(-1) == 1_000_000) and np.all(rows >= 0)
+        w = q / 1e6
+    elif transform == "softmax_n":
+        e = np.where(mask, np.exp(z), 0.0)
+        q = np.round(e / (1.0 + e.sum(axis=-1, keepdims=True)) * 1e6).astype(np.int64)
+        assert np.all(q.sum(-1) < 1_000_000)
+        w = q / 1e6
+    elif transform == "sigmoid":
+        q = np.clip(np.round(1e6 / (1.0 + np.exp(-z))), 1, 999_999)
+        w = np.where(mask, q, 0.0) / 1e6
+    elif transform == "signed":
+        w = np.where(mask, np.round(z, 4), 0.0)
+    else:
+        raise ValueError(transform)
+    return as_f32(w)
+
+
+def draw_raw(rng, L, B, H, N, T, slot_cols, kinds, transform, proxy):
+    """Resample (deterministically) until every alpha and every slot importance of the split
+    attention clears MARGIN."""
+    mask = raw_mask(N, T, slot_cols)
+    for _ in range(100):
+        raw = raw_weights(raw_scores(rng, L, B, H, N, T, slot_cols, kinds), mask, transform)
+        attn, mass = split_attention_vec(raw, slot_cols, N, proxy)
+        if (alpha_margin(importance(attn)) > MARGIN
+                and alpha_margin(mass.mean(-1)) > MARGIN):
+            check_raw(raw, slot_cols, N)
+            return raw
+    raise RuntimeError("could not draw attention away from the thresholds")
+
+
+def random_gate(rng, L, B, S, G):
+    """Sigmoid gates in (0, 1), 4 decimals."""
+    return as_f32(np.round(1.0 / (1.0 + np.exp(-rng.normal(0.5, 1.5, size=(L, B, S, G)))), 4))
+
+
+def case_softmax_slot_t8():
+    rng = np.random.default_rng(101)
+    L, B, H, N, T, D, dh, slot = 2, 2, 2, 0, 8, 8, 4, 1
+    kinds = [["slot", "sink0"], ["slot", "random"]]
+    raw = draw_raw(rng, L, B, H, N, T, slot, kinds, "softmax", "weights")
+    assert (raw[..., 0].mean(-1) > 0.3).sum() >= 4  # several heads put > 0.3 on the slot
+    hidden = random_hidden(rng, L, B, T, D, [("set", 1, 0, 0, 2, 1500.0)])
+    keys = random_kv(rng, L, B, H, T, dh, first_scale=[1.0, 0.3])
+    values = random_kv(rng, L, B, H, T, dh, first_scale=[1.0, 0.1])
+    desc = ("softmax over [sink logit | T=8 tokens] (slot_cols 1, proxy weights): slot heads "
+            "(+1.5..5 on the sink-logit column, > 0.3 of the mass on the slot), a token-1 sink "
+            "head and a random head; one massive activation (1500, layer 1)")
+    return "softmax_sink_logit_T8", desc, "weights", slot, N, raw, hidden, keys, values, None
+
+
+def case_kv_bias_sink_tokens_t6():
+    rng = np.random.default_rng(102)
+    L, B, H, N, T, D, dh, slot = 2, 2, 2, 2, 6, 8, 4, 1
+    kinds = [["slot", "sinktok"], ["sink0", "random"]]
+    raw = draw_raw(rng, L, B, H, N, T, slot, kinds, "softmax", "weights")
+    hidden = random_hidden(rng, L, B, T, D, [("set", 0, 1, 0, 5, -2500.0)])
+    keys = random_kv(rng, L, B, H, T, dh, first_scale=[2.0, 1.0])
+    values = random_kv(rng, L, B, H, T, dh, first_scale=[0.5, 1.0])
+    desc = ("softmax over [KV-bias key | 2 sink tokens | T=6 tokens] (slot_cols 1, sink_tokens 2, "
+            "proxy weights; S = 8 query rows, the 2 sink-token rows are not measured): a KV-bias "
+            "head, a sink-token head, a token-1 sink head and a random head; -2500 massive (layer 0)")
+    return "kv_bias_sink_tokens_T6", desc, "weights", slot, N, raw, hidden, keys, values, None
+
+
+def case_softmax_n_t10():
+    rng = np.random.default_rng(103)
+    L, B, H, N, T, D, dh, slot = 2, 2, 2, 0, 10, 8, 4, 0
+    kinds = [["low", "sink0"], ["high", "random"]]
+    raw = draw_raw(rng, L, B, H, N, T, slot, kinds, "softmax_n", "implicit_slot")
+    hidden = random_hidden(rng, L, B, T, D, [])
+    keys = random_kv(rng, L, B, H, T, dh, first_scale=[1.0, 1.0])
+    values = random_kv(rng, L, B, H, T, dh, first_scale=[1.0, 1.0])
+    desc = ("softmax_n (e^z / (1 + sum e^z)) over T=10 tokens, rows sum to < 1 (slot_cols 0, proxy "
+            "implicit_slot: slot mass = 1 - row sum): a low-score head (most mass implicit), a "
+            "token-1 sink head, a high-score head and a random head")
+    return "softmax_n_T10", desc, "implicit_slot", slot, N, raw, hidden, keys, values, None
+
+
+def case_sigmoid_t7():
+    rng = np.random.default_rng(104)
+    L, B, H, N, T, D, dh, slot = 2, 2, 2, 0, 7, 8, 4, 1
+    kinds = [["slot", "low"], ["sink0", "random"]]
+    raw = draw_raw(rng, L, B, H, N, T, slot, kinds, "sigmoid", "non_negative")
+    hidden = random_hidden(rng, L, B, T, D, [("set", 0, 0, 0, 1, 3000.0), ("set", 1, 1, 0, 1, 1200.0)])
+    keys = random_kv(rng, L, B, H, T, dh, first_scale=[1.0, 3.0])
+    values = random_kv(rng, L, B, H, T, dh, first_scale=[0.2, 1.0])
+    desc = ("unnormalised sigmoid weights in (0,1) over [sink logit | T=7 tokens], masked entries "
+            "exactly 0 (slot_cols 1, proxy non_negative: r / (sum r + 1e-8)): a slot head, a "
+            "low-score head, a token-1 sink head and a random head; massive 3000 and 1200")
+    return "sigmoid_T7", desc, "non_negative", slot, N, raw, hidden, keys, values, None
+
+
+def case_signed_memory_t9():
+    rng = np.random.default_rng(105)
+    L, B, H, N, T, D, dh, slot, G = 2, 2, 2, 0, 9, 8, 4, 2, 8
+    kinds = [["slot", "random"], ["sink0", "slot"]]
+    raw = draw_raw(rng, L, B, H, N, T, slot, kinds, "signed", "signed")
+    assert np.any(raw < 0.0)
+    hidden = random_hidden(rng, L, B, T, D, [("set", 1, 0, 0, 7, -1800.0)])
+    keys = random_kv(rng, L, B, H, T, dh, first_scale=[0.5, 1.0])
+    values = random_kv(rng, L, B, H, T, dh, first_scale=[1.0, 0.5])
+    gate = random_gate(rng, L, B, N + T, G)
+    desc = ("signed linear-kernel weights (scores, negative entries) over [2 memory keys | T=9 "
+            "tokens] (slot_cols 2, proxy signed: |r| / sum |r|): memory-key heads, a random head "
+            "and a token-1 sink head; sigmoid gate [L,B,S,G=8]; massive -1800 (layer 1)")
+    return "signed_memory_gate_T9", desc, "signed", slot, N, raw, hidden, keys, values, gate
+
+
+# ---------------------------------------------------------------------------------------
+
+def expected_metrics(name, attn, hidden, keys, values, random_case):
     alpha = importance(attn)
     # cross-check the loop version against a vectorised one
     L, B, H, T, _ = attn.shape
@@ -524,6 +728,14 @@ def build_case(name, desc, attn, hidden, keys, values, random_case):
     kf, kr = first_rest_norms(keys)
     vf, vr = first_rest_norms(values)
     expected.update(key_norm_first=kf, key_norm_rest=kr, value_norm_first=vf, value_norm_rest=vr)
+    ftm = first_token_mass(attn)
+    assert np.allclose(ftm, attn[..., 0].mean(axis=(1, 2, 3)), rtol=0, atol=1e-14)
+    expected.update(first_token_mass=ftm, f_attn=sum(ftm) / len(ftm),
+                    m_act=max(top[0] for top in hm["top3"]))
+    return expected
+
+
+def build_case(name, desc, attn, hidden, keys, values, random_case):
     return {
         "name": name,
         "description": desc,
@@ -531,8 +743,51 @@ def build_case(name, desc, attn, hidden, keys, values, random_case):
         "hidden": f32_json(hidden),
         "keys": f32_json(keys),
         "values": f32_json(values),
-        "expected": expected,
+        "expected": expected_metrics(name, attn, hidden, keys, values, random_case),
     }
+
+
+def build_slot_case(name, desc, proxy, slot_cols, sink_tokens, raw, hidden, keys, values, gate):
+    check_raw(raw, slot_cols, sink_tokens)
+    attn, mass = split_attention(raw, slot_cols, sink_tokens, proxy)
+    attn_vec, mass_vec = split_attention_vec(raw, slot_cols, sink_tokens, proxy)
+    assert np.allclose(attn, attn_vec, rtol=0, atol=1e-14)
+    assert np.allclose(mass, mass_vec, rtol=0, atol=1e-14)
+    T = attn.shape[-1]
+    assert hidden.shape[2] == T and keys.shape[3] == T and values.shape[3] == T
+    for i in range(T):
+        assert np.all(attn[..., i, i + 1:] == 0.0), "not causal"
+    assert np.all(attn >= 0.0)
+    # every proxy splits a row into real-token mass + slot mass that add up to ~1
+    assert np.allclose(attn.sum(-1) + mass, 1.0, rtol=0, atol=1e-6), name
+    expected = expected_metrics(name, attn, hidden, keys, values, True)
+    simp = slot_importance(mass)
+    assert np.allclose(simp, mass.mean(-1), rtol=0, atol=1e-14)
+    assert alpha_margin(simp) > MARGIN, name
+    expected.update({
+        "split_attn": {"shape": list(attn.shape), "data": [float(x) for x in attn.ravel()]},
+        "slot_mass": {"shape": list(mass.shape), "data": [float(x) for x in mass.ravel()]},
+        "slot_importance": {"shape": list(simp.shape), "data": [float(x) for x in simp.ravel()]},
+        "slot_rate": {str(e): slot_rate(simp, e) for e in EPS_GRID},
+        "slot_mass_layer": layer_mean(mass),
+    })
+    case = {
+        "name": name,
+        "description": desc,
+        "proxy": proxy,
+        "slot_cols": slot_cols,
+        "sink_tokens": sink_tokens,
+        "raw_attn": f32_json(raw),
+        "hidden": f32_json(hidden),
+        "keys": f32_json(keys),
+        "values": f32_json(values),
+    }
+    if gate is not None:
+        assert gate.shape[:3] == (raw.shape[0], raw.shape[1], raw.shape[3])
+        case["gate"] = f32_json(gate)
+        expected["gate_mean"] = layer_mean(gate)
+    case["expected"] = expected
+    return case
 
 
 def main():
@@ -540,6 +795,9 @@ def main():
     ap.add_argument("--out", default=str(DEFAULT_OUT), help="output JSON (default: %(default)s)")
     args = ap.parse_args()
     cases = [build_case(*c()) for c in (case_random_l3_t12, case_thresholds_t4, case_probe_t64)]
+    cases += [build_slot_case(*c()) for c in (case_softmax_slot_t8, case_kv_bias_sink_tokens_t6,
+                                              case_softmax_n_t10, case_sigmoid_t7,
+                                              case_signed_memory_t9)]
     out = {
         "numpy_version": np.__version__,
         "generated_by": "python3 scripts/reference_metrics.py",
@@ -549,6 +807,19 @@ def main():
                         "expected values are float64 computed from those float32 values; "
                         "sink_rate[eps][k] is position k+1, k < min(k_max, T); "
                         "median of an even count is the mean of the two middle values"),
+        "proxies": ["weights", "implicit_slot", "non_negative", "signed"],
+        "slot_conventions": ("raw_attn [L,B,H,S,C]: C = slot_cols + S columns (slot columns, then "
+                             "sink_tokens sink-token columns, then T real tokens), S = sink_tokens + T "
+                             "query rows of which only the last T (real queries) are measured; "
+                             "front = slot_cols + sink_tokens; per real query row r: weights r'=r; "
+                             "implicit_slot r'=r, implicit = 1 - sum r; non_negative "
+                             "r' = r/(sum r + 1e-8); signed r' = |r|/sum|r| (0 if sum|r| = 0); "
+                             "split_attn = r'[front:], slot_mass = sum r'[:front] + implicit; every "
+                             "other metric of the case is computed on split_attn; slot_importance = "
+                             "mean over real queries of slot_mass; slot_rate[eps] = 100 mean_{l,b,h} "
+                             "[slot_importance > eps] (strict); first_token_mass[l] = "
+                             "mean_{b,h,i} attn[l,b,h,i,0]; f_attn = mean_l first_token_mass; "
+                             "m_act = max_l top3[l][0]; gate_mean[l] = plain mean of gate[l]"),
         "cases": cases,
     }
     text = json.dumps(out, separators=(",", ":")) + "\n"
@@ -557,13 +828,21 @@ def main():
     print(f"wrote {args.out} ({len(text) / 1024:.1f} KiB)")
     for c in cases:
         e = c["expected"]
-        print(f"  {c['name']}: attn {c['attn']['shape']}, hidden {c['hidden']['shape']}, "
+        attn_shape = c["attn"]["shape"] if "attn" in c else e["split_attn"]["shape"]
+        print(f"  {c['name']}: attn {attn_shape}, hidden {c['hidden']['shape']}, "
               f"keys {c['keys']['shape']}")
         for k, v in e["sink_rate"].items():
             print(f"    sink_rate eps={k}: {[round(x, 2) for x in v]}")
         print(f"    importance_first {[[round(x, 4) for x in r] for r in e['importance_first']]}")
         print(f"    entropy {[round(x, 4) for x in e['entropy']]}  massive {e['massive_count']}  "
               f"norm_ratio {[round(x, 3) for x in e['norm_ratio']]}")
+        print(f"    first_token_mass {[round(x, 4) for x in e['first_token_mass']]}  "
+              f"m_act {e['m_act']:.2f}")
+        if "slot_rate" in e:
+            print(f"    proxy {c['proxy']}  raw_attn {c['raw_attn']['shape']}  slot_rate "
+                  f"{e['slot_rate']}  slot_mass_layer {[round(x, 4) for x in e['slot_mass_layer']]}")
+            print(f"    slot_importance {[round(x, 4) for x in e['slot_importance']['data']]}"
+                  + (f"  gate_mean {[round(x, 4) for x in e['gate_mean']]}" if "gate_mean" in e else ""))
 
 
 if __name__ == "__main__":

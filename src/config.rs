@@ -1952,6 +1952,67 @@ micro_batch = 4
     }
 
     #[test]
+    fn impossible_attention_combinations_are_rejected_with_reasons() {
+        let text = r#"
+[model]
+positions = { kind = "alibi" }
+[model.attention]
+normaliser = { kind = "linear", feature_map = "mlp", normaliser = "none" }
+slot = { kind = "sink_logit" }
+kernel = "fused"
+"#;
+        let err = from_str("combo.toml", text).unwrap_err();
+        let paths: Vec<&str> = err.0.iter().map(|e| e.path.as_str()).collect();
+        for want in [
+            "model.positions",
+            "model.attention.slot",
+            "model.attention.kernel",
+        ] {
+            assert!(paths.contains(&want), "missing {want}: {err}");
+        }
+        let msg = err.to_string();
+        assert!(msg.contains("no logits"), "{msg}");
+        assert!(msg.contains("normalised attention"), "{msg}");
+        let text = r#"
+[model]
+positions = { kind = "relative", buckets = 5, max_distance = 1 }
+[model.attention]
+normaliser = { kind = "sigmoid", bias = "ln(T)" }
+slot = { kind = "k_bias", value = { kind = "zero" }, learnable_dims = 4, trainable = false }
+mask = { kind = "prefix", p = 0 }
+row_scale = 0.0
+"#;
+        let err = from_str("combo2.toml", text).unwrap_err();
+        let paths: Vec<&str> = err.0.iter().map(|e| e.path.as_str()).collect();
+        for want in [
+            "model.positions.buckets",
+            "model.attention.normaliser.bias",
+            "model.attention.slot.learnable_dims",
+            "model.attention.mask.p",
+            "model.attention.row_scale",
+        ] {
+            assert!(paths.contains(&want), "missing {want}: {err}");
+        }
+        assert!(err.to_string().contains("both fixed"), "{err}");
+        // the sigmoid bias accepts a number or exactly "-ln(T)"
+        let ok = from_str(
+            "ok.toml",
+            "[model.attention]\nnormaliser = { kind = \"sigmoid\", bias = \"-ln(T)\" }\n",
+        )
+        .unwrap();
+        let NormaliserConfig::Sigmoid { bias } = &ok.model.attention.normaliser else {
+            panic!()
+        };
+        assert!((bias.resolve(128).unwrap() + 128f64.ln()).abs() < 1e-12);
+        let err = from_str(
+            "r.toml",
+            "[model]\npositions = { kind = \"rope\", base = 10000.0, fraction = 0.01 }\n",
+        )
+        .unwrap_err();
+        assert_eq!(err.0[0].path, "model.positions.fraction", "{err}");
+    }
+
+    #[test]
     fn base_inheritance_deep_merge_and_kind_switch() {
         let dir = tempfile::tempdir().unwrap();
         write(
