@@ -190,8 +190,8 @@ impl Ctx {
         let hidden: Vec<bool> = (0..s)
             .flat_map(|qi| (0..c).map(move |kj| !visible(qi, kj)))
             .collect();
-        let hidden = Tensor::<2, Bool>::from_data(TensorData::new(hidden, [s, c]), device)
-            .unsqueeze::<4>(); // (1, 1, S, C)
+        let hidden =
+            Tensor::<2, Bool>::from_data(TensorData::new(hidden, [s, c]), device).unsqueeze::<4>(); // (1, 1, S, C)
         let h = cfg.n_heads;
         let bias = match (&cfg.positions, &tables.alibi, rel_bias) {
             (_, Some(slopes), _) => {
@@ -460,7 +460,11 @@ impl Attention {
                     k = Tensor::cat(vec![k, zeros], 1);
                 }
                 let v = self.v_star.as_ref().expect("v*").val();
-                let four = |x: Tensor<2>| x.unsqueeze_dim::<3>(1).unsqueeze::<4>().expand([b, h, 1, dh]);
+                let four = |x: Tensor<2>| {
+                    x.unsqueeze_dim::<3>(1)
+                        .unsqueeze::<4>()
+                        .expand([b, h, 1, dh])
+                };
                 Some((four(k), four(v))) // (B, H, 1, d_h)
             }
             SlotConfig::MemoryKv { n, .. } => {
@@ -581,7 +585,7 @@ impl Attention {
                 _ => gv.clone().reshape([b, s, h, dh]).swap_dims(1, 2), // (B, H, S, d_h)
             };
             out = out * g4;
-            if let Some(p) = probe.as_deref_mut() {
+            if let Some(p) = probe {
                 p.gate = Some(gv);
             }
         }

@@ -1445,7 +1445,10 @@ impl Experiment {
         {
             bad(
                 "model.positions",
-                format!("sinusoidal positions need an even d_model, found {}", m.d_model),
+                format!(
+                    "sinusoidal positions need an even d_model, found {}",
+                    m.d_model
+                ),
             );
         }
         let (NormConfig::RmsNorm { eps } | NormConfig::LayerNorm { eps }) = m.norm;
@@ -1686,13 +1689,11 @@ impl Experiment {
             );
         }
         match &a.normaliser {
-            NormaliserConfig::SoftmaxN { n } => {
-                if !(*n >= 0.0 && n.is_finite()) {
-                    bad(
-                        "model.attention.normaliser.n",
-                        format!("found {n}, expected a finite number ≥ 0 (1 = off-by-one)"),
-                    );
-                }
+            NormaliserConfig::SoftmaxN { n } if !(*n >= 0.0 && n.is_finite()) => {
+                bad(
+                    "model.attention.normaliser.n",
+                    format!("found {n}, expected a finite number ≥ 0 (1 = off-by-one)"),
+                );
             }
             NormaliserConfig::Sigmoid { bias } => match bias.resolve(m.ctx) {
                 Some(b) if b.is_finite() => {}

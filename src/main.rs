@@ -258,17 +258,34 @@ fn real_main() -> Result<()> {
                     }
                     println!();
                 }
+                if !report.slot_rate.is_empty() {
+                    print!(
+                        "\nSink1* on the slot (sink logit / KV-K bias / memory / sink tokens), %:"
+                    );
+                    for (e, r) in &report.slot_rate {
+                        print!("  eps {e}: {r:.1}");
+                    }
+                    println!();
+                }
                 println!(
-                    "\nper layer: first-token importance by head | norm ratio | entropy | massive"
+                    "F-Attn (mean attention on token 1) {:.3} | M-Act (largest mean top-1 |h|) {:.2}",
+                    report.f_attn(),
+                    report.m_act()
+                );
+                println!(
+                    "\nper layer: first-token importance by head | norm ratio | entropy | massive | slot mass | gate"
                 );
                 for (l, heads) in report.importance_first.iter().enumerate() {
                     let hs: Vec<String> = heads.iter().map(|v| format!("{v:.2}")).collect();
+                    let opt = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.3}"));
                     println!(
-                        "layer {l:02}: [{}] | {:.2} | {:.3} | {:.1}",
+                        "layer {l:02}: [{}] | {:.2} | {:.3} | {:.1} | {} | {}",
                         hs.join(" "),
                         report.hidden[l].norm_ratio,
                         report.entropy[l],
-                        report.hidden[l].massive_count
+                        report.hidden[l].massive_count,
+                        opt(report.slot_mass[l]),
+                        opt(report.gate_mean[l])
                     );
                 }
             }

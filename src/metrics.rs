@@ -78,7 +78,12 @@ impl Proxy {
 /// Split a layer's weights `w` (B, H, S, C) — `slot_cols` slot columns, then S = N + T sequence
 /// positions of which the first N are sink tokens — into the real queries' attention on real
 /// keys (B, H, T, T) and their mass on the slots and sink tokens (B, H, T), after `proxy`.
-pub fn split_attention(w: &Array, slot_cols: usize, sink_tokens: usize, proxy: Proxy) -> (Array, Array) {
+pub fn split_attention(
+    w: &Array,
+    slot_cols: usize,
+    sink_tokens: usize,
+    proxy: Proxy,
+) -> (Array, Array) {
     let [b, h, s, c] = w.shape[..] else {
         panic!("attention must be (B, H, S, C), got {:?}", w.shape)
     };
@@ -94,7 +99,10 @@ pub fn split_attention(w: &Array, slot_cols: usize, sink_tokens: usize, proxy: P
             let (scale, implicit) = match proxy {
                 Proxy::Weights => (1.0, 0.0),
                 Proxy::ImplicitSlot => (1.0, 1.0 - row.iter().map(|&x| x as f64).sum::<f64>()),
-                Proxy::NonNegative => (1.0 / (row.iter().map(|&x| x as f64).sum::<f64>() + 1e-8), 0.0),
+                Proxy::NonNegative => (
+                    1.0 / (row.iter().map(|&x| x as f64).sum::<f64>() + 1e-8),
+                    0.0,
+                ),
                 Proxy::Signed => {
                     let z: f64 = row.iter().map(|&x| (x as f64).abs()).sum();
                     (if z > 0.0 { 1.0 / z } else { 0.0 }, 0.0)
@@ -102,7 +110,11 @@ pub fn split_attention(w: &Array, slot_cols: usize, sink_tokens: usize, proxy: P
             };
             let val = |x: f32| -> f64 {
                 let x = x as f64;
-                if proxy == Proxy::Signed { x.abs() * scale } else { x * scale }
+                if proxy == Proxy::Signed {
+                    x.abs() * scale
+                } else {
+                    x * scale
+                }
             };
             attn.extend(row[front..].iter().map(|&x| val(x) as f32));
             mass.push((row[..front].iter().map(|&x| val(x)).sum::<f64>() + implicit) as f32);

@@ -255,7 +255,7 @@ fn gain_param(g: &Gain, init: &Init) -> (Option<Param<Tensor<1>>>, GainValue) {
 /// `g · x` for a gain that is a parameter (shape [1]) or a constant (1 costs nothing).
 fn scale(x: Tensor<3>, param: &Option<Param<Tensor<1>>>, value: GainValue) -> Tensor<3> {
     match (value, param) {
-        (GainValue::Constant(c), _) if c == 1.0 => x,
+        (GainValue::Constant(1.0), _) => x,
         (GainValue::Constant(c), _) => x * c,
         (GainValue::Trained, Some(p)) => x * p.val().unsqueeze::<3>(),
         (GainValue::Trained, None) => unreachable!("trained gain without a parameter"),
@@ -328,7 +328,7 @@ impl Block {
 
     fn forward(&self, h: Tensor<3>, ctx: &Ctx, probe: Option<&mut LayerProbe>) -> Tensor<3> {
         let [ga_sa, gb_sa, ga_ff, gb_ff] = self.gains;
-        let out = match self.wiring {
+        match self.wiring {
             Wiring::PreNorm => {
                 // x̂ = α_SA x + β_SA Attn(N1(x));  out = α_FF x̂ + β_FF MLP(N2(x̂))
                 let a = self.attn.forward(self.norm1.forward(h.clone()), ctx, probe);
@@ -354,8 +354,7 @@ impl Block {
                     + scale(a, &self.beta_sa, gb_sa)
                     + scale(m, &self.beta_ff, gb_ff)
             }
-        };
-        out // (B, S, d)
+        } // (B, S, d)
     }
 }
 
@@ -388,7 +387,7 @@ impl Lm {
         let d = cfg.d_model;
         let mut init = Init {
             base: HostRng::new(seed),
-            extra: HostRng::new(seed ^ 0x5eed_0f_7a41_a7e5),
+            extra: HostRng::new(seed ^ 0x005e_ed0f_7a41_a7e5),
             std: cfg.resolved_init_std(),
             device,
         };

@@ -428,11 +428,27 @@ mod tests {
         assert!(!decays(DecayPolicy::MatricesOnly, "embed", 2));
         assert!(!decays(DecayPolicy::MatricesOnly, "pos_embed", 2));
         assert!(!decays(DecayPolicy::MatricesOnly, "sink_tokens", 2));
-        assert!(!decays(DecayPolicy::MatricesOnly, "blocks.0.attn.k_star", 2));
-        assert!(!decays(DecayPolicy::MatricesOnly, "blocks.0.attn.wq.bias", 1));
+        assert!(!decays(
+            DecayPolicy::MatricesOnly,
+            "blocks.0.attn.k_star",
+            2
+        ));
+        assert!(!decays(
+            DecayPolicy::MatricesOnly,
+            "blocks.0.attn.wq.bias",
+            1
+        ));
         assert!(!decays(DecayPolicy::MatricesOnly, "blocks.0.alpha_sa", 1));
-        assert!(decays(DecayPolicy::MatricesOnly, "blocks.3.attn.wq.weight", 2));
-        assert!(decays(DecayPolicy::MatricesOnly, "blocks.3.attn.gate.weight", 2));
+        assert!(decays(
+            DecayPolicy::MatricesOnly,
+            "blocks.3.attn.wq.weight",
+            2
+        ));
+        assert!(decays(
+            DecayPolicy::MatricesOnly,
+            "blocks.3.attn.gate.weight",
+            2
+        ));
         assert!(decays(DecayPolicy::MatricesOnly, "blocks.1.attn.phi.w2", 2));
         assert!(decays(DecayPolicy::MatricesOnly, "head.weight", 2));
         assert!(decays(DecayPolicy::All, "blocks.0.attn.sink_logit", 1));

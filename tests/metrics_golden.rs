@@ -94,10 +94,18 @@ fn every_metric_matches_numpy_on_every_case() {
                 assert_eq!(a.shape, wa.shape, "{name}: split shape");
                 assert_eq!(m.shape, wm.shape, "{name}: slot mass shape");
                 for (i, (x, y)) in a.data.iter().zip(&wa.data).enumerate() {
-                    close(*x as f64, *y as f64, &format!("{name}: split_attn {l} [{i}]"));
+                    close(
+                        *x as f64,
+                        *y as f64,
+                        &format!("{name}: split_attn {l} [{i}]"),
+                    );
                 }
                 for (i, (x, y)) in m.data.iter().zip(&wm.data).enumerate() {
-                    close(*x as f64, *y as f64, &format!("{name}: slot_mass {l} [{i}]"));
+                    close(
+                        *x as f64,
+                        *y as f64,
+                        &format!("{name}: slot_mass {l} [{i}]"),
+                    );
                 }
             }
             (a, Some(m))
@@ -108,9 +116,7 @@ fn every_metric_matches_numpy_on_every_case() {
         let gate_mean: Vec<Option<f64>> = match case.get("gate") {
             Some(g) => per_layer(g)
                 .iter()
-                .map(|a| {
-                    Some(a.data.iter().map(|&x| x as f64).sum::<f64>() / a.data.len() as f64)
-                })
+                .map(|a| Some(a.data.iter().map(|&x| x as f64).sum::<f64>() / a.data.len() as f64))
                 .collect(),
             None => vec![None; attn.len()],
         };
@@ -130,24 +136,48 @@ fn every_metric_matches_numpy_on_every_case() {
             .collect();
         let r = SinkReport::compute(&layers, &eps, t.min(10));
         for (l, want) in list(&e["first_token_mass"]).iter().enumerate() {
-            close(r.first_mass[l], *want, &format!("{name}: first_token_mass {l}"));
+            close(
+                r.first_mass[l],
+                *want,
+                &format!("{name}: first_token_mass {l}"),
+            );
         }
-        close(r.f_attn(), e["f_attn"].as_f64().unwrap(), &format!("{name}: f_attn"));
-        close(r.m_act(), e["m_act"].as_f64().unwrap(), &format!("{name}: m_act"));
+        close(
+            r.f_attn(),
+            e["f_attn"].as_f64().unwrap(),
+            &format!("{name}: f_attn"),
+        );
+        close(
+            r.m_act(),
+            e["m_act"].as_f64().unwrap(),
+            &format!("{name}: m_act"),
+        );
         if slot_mass.is_some() {
             for &ep in &eps {
                 let want = e["slot_rate"][eps_name(ep)].as_f64().unwrap();
-                close(r.slot_rate[&eps_name(ep)], want, &format!("{name}: slot_rate {ep}"));
+                close(
+                    r.slot_rate[&eps_name(ep)],
+                    want,
+                    &format!("{name}: slot_rate {ep}"),
+                );
             }
             for (l, want) in list(&e["slot_mass_layer"]).iter().enumerate() {
-                close(r.slot_mass[l].unwrap(), *want, &format!("{name}: slot_mass_layer {l}"));
+                close(
+                    r.slot_mass[l].unwrap(),
+                    *want,
+                    &format!("{name}: slot_mass_layer {l}"),
+                );
             }
         } else {
             assert!(r.slot_rate.is_empty(), "{name}: slot rates without slots");
         }
         if let Some(want) = e.get("gate_mean") {
             for (l, want) in list(want).iter().enumerate() {
-                close(r.gate_mean[l].unwrap(), *want, &format!("{name}: gate_mean {l}"));
+                close(
+                    r.gate_mean[l].unwrap(),
+                    *want,
+                    &format!("{name}: gate_mean {l}"),
+                );
             }
         }
         for &ep in &eps {

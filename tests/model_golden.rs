@@ -206,8 +206,15 @@ fn attention_is_causal_and_row_stochastic() {
 }
 
 #[derive(Module, Debug)]
+struct Matrix {
+    weight: Param<Tensor<2>>,
+}
+
+#[derive(Module, Debug)]
 struct Quadratic {
-    mat: Param<Tensor<2>>,
+    /// Named `mat.weight` in the optimizer: a linear-layer matrix, decayed under
+    /// `matrices_only` (the fixture's `mat`).
+    mat: Matrix,
     vec: Param<Tensor<1>>,
 }
 
@@ -220,7 +227,9 @@ fn adamw_with_global_clipping_matches_numpy() {
     let mat = host(&a["initial"]["mat"]);
     let vec = host(&a["initial"]["vec"]);
     let mut q = Quadratic {
-        mat: Param::from_tensor(Tensor::from_data(TensorData::new(mat.data, [3, 4]), &dev)),
+        mat: Matrix {
+            weight: Param::from_tensor(Tensor::from_data(TensorData::new(mat.data, [3, 4]), &dev)),
+        },
         vec: Param::from_tensor(Tensor::from_data(TensorData::new(vec.data, [5]), &dev)),
     };
     let cfg = OptimConfig {
@@ -234,7 +243,7 @@ fn adamw_with_global_clipping_matches_numpy() {
     };
     let mut adam = AdamW::new(&cfg);
     for _ in 0..c["steps"].as_u64().unwrap() {
-        let loss = (q.mat.val().square().sum() + q.vec.val().square().sum()) * 0.5;
+        let loss = (q.mat.weight.val().square().sum() + q.vec.val().square().sum()) * 0.5;
         let grads = loss.backward();
         let mut acc = GradAccumulator::default();
         acc.add(&q, &grads);
@@ -247,7 +256,7 @@ fn adamw_with_global_clipping_matches_numpy() {
         };
         q = adam.step(q, &acc, cfg.lr, scale);
     }
-    let got_m = q.mat.val().into_data().try_to_vec::<f32>().unwrap();
+    let got_m = q.mat.weight.val().into_data().try_to_vec::<f32>().unwrap();
     let got_v = q.vec.val().into_data().try_to_vec::<f32>().unwrap();
     assert_close(
         &got_m,

@@ -214,7 +214,11 @@ fn a_zero_gate_halves_the_output_and_unit_gains_are_the_plain_block() {
 fn variants() -> Vec<(&'static str, &'static str, &'static str)> {
     vec![
         ("softmax", "", ""),
-        ("softmax_n", "", "normaliser = { kind = \"softmax_n\", n = 1.0 }"),
+        (
+            "softmax_n",
+            "",
+            "normaliser = { kind = \"softmax_n\", n = 1.0 }",
+        ),
         (
             "sigmoid",
             "",
@@ -373,14 +377,23 @@ fn finite_differences_agree_with_autodiff_for_every_custom_normaliser() {
     let dev = device();
     let ad = dev.clone().autodiff();
     let cases = [
-        ("softmax_n", "normaliser = { kind = \"softmax_n\", n = 1.0 }"),
-        ("sigmoid", "normaliser = { kind = \"sigmoid\", bias = -1.0 }"),
+        (
+            "softmax_n",
+            "normaliser = { kind = \"softmax_n\", n = 1.0 }",
+        ),
+        (
+            "sigmoid",
+            "normaliser = { kind = \"sigmoid\", bias = -1.0 }",
+        ),
         (
             "sigmoid_normalised",
             "normaliser = { kind = \"sigmoid_normalised\" }",
         ),
         ("elu1", "normaliser = { kind = \"elu1\" }"),
-        ("elu1_normalised", "normaliser = { kind = \"elu1_normalised\" }"),
+        (
+            "elu1_normalised",
+            "normaliser = { kind = \"elu1_normalised\" }",
+        ),
         (
             "linear_identity",
             "normaliser = { kind = \"linear\", feature_map = \"identity\", normaliser = \"max_abs_sum\" }",

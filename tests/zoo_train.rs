@@ -75,7 +75,9 @@ fn every_zoo_variant_trains_writes_its_metrics_and_a_loadable_checkpoint() {
         let losses = series(&run, "train/loss");
         let (first, last) = (losses[0].1, losses[losses.len() - 1].1);
         if !(last < first - 0.3 && last.is_finite()) {
-            failures.push(format!("{name}: loss {first:.3} -> {last:.3} did not fall by 0.3"));
+            failures.push(format!(
+                "{name}: loss {first:.3} -> {last:.3} did not fall by 0.3"
+            ));
         }
         let a = &exp.model.attention;
         let mut tags = vec![
@@ -110,14 +112,12 @@ fn every_zoo_variant_trains_writes_its_metrics_and_a_loadable_checkpoint() {
         let tok = run.join("tokenizer.json");
         let (ok, out) = run_python(
             "check_run_files.py",
-            &[
-                ckpt.to_str().unwrap(),
-                tok.to_str().unwrap(),
-                "sink tokens",
-            ],
+            &[ckpt.to_str().unwrap(), tok.to_str().unwrap(), "sink tokens"],
         );
         if !ok {
-            failures.push(format!("{name}: python could not read the checkpoint: {out}"));
+            failures.push(format!(
+                "{name}: python could not read the checkpoint: {out}"
+            ));
             continue;
         }
         let py: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
