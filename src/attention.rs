@@ -318,7 +318,7 @@ pub struct Attention {
 }
 
 impl Attention {
-    pub fn new(cfg: &ModelConfig, _layer: usize, init: &mut Init) -> Self {
+    pub fn new(cfg: &ModelConfig, init: &mut Init) -> Self {
         let (d, h, b) = (cfg.d_model, cfg.n_heads, cfg.bias);
         let dh = cfg.d_head();
         let a = &cfg.attention;

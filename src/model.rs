@@ -293,10 +293,10 @@ pub struct Block {
 }
 
 impl Block {
-    fn new(cfg: &ModelConfig, layer: usize, init: &mut Init) -> Self {
+    fn new(cfg: &ModelConfig, init: &mut Init) -> Self {
         let d = cfg.d_model;
         let norm1 = Norm::new(&cfg.norm, d, init);
-        let attn = Attention::new(cfg, layer, init);
+        let attn = Attention::new(cfg, init);
         let mlp = Mlp::new(cfg, init);
         let one = Gain::default();
         let (wiring, g) = match &cfg.block {
@@ -393,7 +393,7 @@ impl Lm {
         };
         let embed = init.normal([vocab, d]);
         let blocks: Vec<Block> = (0..cfg.n_layers)
-            .map(|l| Block::new(cfg, l, &mut init))
+            .map(|_| Block::new(cfg, &mut init))
             .collect();
         let head = match cfg.head {
             HeadKind::Untied => Some(Linear::new(&mut init, d, vocab, cfg.bias)),
