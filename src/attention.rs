@@ -25,8 +25,8 @@
 //! computed as `x + 1` for x > 0 and `exp(min(x, 0))` otherwise, so no branch overflows.
 
 use crate::config::{
-    AttentionKernel, FeatureMap, GateConfig, KBiasValue, KernelNorm, MaskConfig, ModelConfig,
-    NormaliserConfig, PositionsConfig, SlotConfig, rope_dims,
+    AttentionKernel, FeatureMap, GateConfig, KBiasValue, KernelNorm, ModelConfig, NormaliserConfig,
+    PositionsConfig, SlotConfig, rope_dims,
 };
 use crate::model::{Init, Linear};
 use burn::module::{Module, Param};
@@ -288,7 +288,6 @@ pub struct AttnSpec {
     pub row_scale: f64,
     pub slot: SlotConfig,
     pub gate: GateConfig,
-    pub mask: MaskConfig,
 }
 
 /// Causal multi-head attention with every REFERENCE §1 variant.
@@ -367,7 +366,6 @@ impl Attention {
                 row_scale: a.row_scale,
                 slot: a.slot.clone(),
                 gate: a.gate,
-                mask: a.mask,
             },
         };
         let rows = |shared: bool| if shared { 1 } else { h };

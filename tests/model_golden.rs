@@ -11,46 +11,15 @@ use sinklab::model::{Lm, masked_nll};
 use sinklab::optim::{self, AdamW, GradAccumulator};
 use std::collections::BTreeMap;
 
+mod common;
+use common::fixture::{assert_close, float_rows, floats, host, int_rows};
+
 fn golden() -> Value {
     let p = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/tests/fixtures/model_golden.json"
     );
     serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
-}
-
-fn host(v: &Value) -> HostTensor {
-    HostTensor {
-        shape: v["shape"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x.as_u64().unwrap() as usize)
-            .collect(),
-        data: v["data"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x.as_f64().unwrap() as f32)
-            .collect(),
-    }
-}
-
-fn floats(v: &Value) -> Vec<f64> {
-    v["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_f64().unwrap())
-        .collect()
-}
-
-fn ints(v: &Value) -> Vec<i64> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|r| r.as_array().unwrap().iter().map(|x| x.as_i64().unwrap()))
-        .collect()
 }
 
 fn device() -> Device {
@@ -81,20 +50,9 @@ fn golden_model(g: &Value, kernel: AttentionKernel, dev: &Device) -> Lm {
     optim::import_params(model, &weights).unwrap()
 }
 
-fn assert_close(got: &[f32], want: &[f64], rtol: f64, atol: f64, what: &str) {
-    assert_eq!(got.len(), want.len(), "{what}: length");
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        let g = *g as f64;
-        assert!(
-            (g - w).abs() <= atol + rtol * w.abs(),
-            "{what}[{i}]: got {g}, want {w}"
-        );
-    }
-}
-
 fn tokens(g: &Value, key: &str, dev: &Device) -> Tensor<2, Int> {
     let rows = g[key].as_array().unwrap().len();
-    let data = ints(&g[key]);
+    let data = int_rows(&g[key]).0;
     let cols = data.len() / rows;
     Tensor::from_data(TensorData::new(data, [rows, cols]), dev)
 }
@@ -116,17 +74,7 @@ fn logits_attention_and_loss_match_numpy() {
             &format!("logits ({attention:?})"),
         );
 
-        let mask: Vec<f32> = g["mask"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .flat_map(|r| {
-                r.as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|x| x.as_f64().unwrap() as f32)
-            })
-            .collect();
+        let mask = float_rows(&g["mask"]);
         let denom: f64 = mask.iter().map(|&m| m as f64).sum();
         let [b, t] = x.dims();
         let m = Tensor::<2>::from_data(TensorData::new(mask, [b, t]), &dev);
@@ -188,7 +136,7 @@ fn attention_is_causal_and_row_stochastic() {
         .into_data()
         .try_to_vec::<f32>()
         .unwrap();
-    let mut data = ints(&g["tokens"]);
+    let mut data = int_rows(&g["tokens"]).0;
     let t = 7;
     data[t - 1] = (data[t - 1] + 1) % 23;
     let x2 = Tensor::<2, Int>::from_data(TensorData::new(data, [2, t]), &dev);

@@ -11,59 +11,15 @@ use sinklab::model::{Lm, masked_nll};
 use sinklab::optim::{self, GradAccumulator};
 use std::collections::{BTreeMap, BTreeSet};
 
+mod common;
+use common::fixture::{assert_close as check, float_rows, floats, host, int_rows as ints, shape};
+
 fn golden() -> Value {
     let p = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/tests/fixtures/zoo_golden.json"
     );
     serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
-}
-
-fn shape(v: &Value) -> Vec<usize> {
-    v["shape"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap() as usize)
-        .collect()
-}
-
-fn floats(v: &Value) -> Vec<f64> {
-    v["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_f64().unwrap())
-        .collect()
-}
-
-fn host(v: &Value) -> HostTensor {
-    HostTensor {
-        shape: shape(v),
-        data: floats(v).into_iter().map(|x| x as f32).collect(),
-    }
-}
-
-fn ints(v: &Value) -> (Vec<i64>, [usize; 2]) {
-    let rows = v.as_array().unwrap();
-    let data: Vec<i64> = rows
-        .iter()
-        .flat_map(|r| r.as_array().unwrap().iter().map(|x| x.as_i64().unwrap()))
-        .collect();
-    let n = rows.len();
-    let cols = data.len() / n;
-    (data, [n, cols])
-}
-
-fn check(got: &[f32], want: &[f64], rtol: f64, atol: f64, what: &str) {
-    assert_eq!(got.len(), want.len(), "{what}: length");
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        let g = *g as f64;
-        assert!(
-            (g - w).abs() <= atol + rtol * w.abs(),
-            "{what}[{i}]: sinklab {g}, reference {w}"
-        );
-    }
 }
 
 fn model(case: &Value, dev: &Device) -> (Lm, sinklab::config::Experiment) {
@@ -100,17 +56,7 @@ fn every_variant_matches_the_numpy_reference() {
         let name = case["name"].as_str().unwrap();
         let (tok, tshape) = ints(&case["tokens"]);
         let (tgt, _) = ints(&case["targets"]);
-        let mask: Vec<f32> = case["mask"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .flat_map(|r| {
-                r.as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|x| x.as_f64().unwrap() as f32)
-            })
-            .collect();
+        let mask = float_rows(&case["mask"]);
         let denom: f64 = mask.iter().map(|&x| x as f64).sum();
 
         // Forward, loss and gradients on the autodiff device.

@@ -5,6 +5,8 @@ use sinklab::config::{self, Experiment};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+pub mod fixture;
+
 /// A tiny experiment on the embedded corpus: byte tokenizer, 2 layers × d 32, 4 heads, ctx 32,
 /// 8 steps; `overrides` are `--set` assignments.
 pub fn tiny_experiment(dir: &Path, name: &str, overrides: &[&str]) -> Experiment {
