@@ -9,7 +9,7 @@ Nothing here imports or reads sinklab: the forward pass is written from the mode
 specification (parameter names and shapes, forward, attention steps 1-13, the `[model]` TOML
 schema and the probe definition), in float64, numpy only.
 
-For each of 56 tiny cases (d_model 8, 2 layers, 2 heads, d_ff 12, ctx 6, vocab 11, batch 2,
+For each of 64 tiny cases (d_model 8, 2 layers, 2 heads, d_ff 12, ctx 6, vocab 11, batch 2,
 with a few cases at other sizes) the script draws weights (rounded to float32, since that is what
 the Rust model holds), tokens, targets and a loss mask from a generator seeded by the case name,
 and records the logits, the masked mean NLL, the probe attention weights of layer 1 and the
@@ -76,13 +76,19 @@ GAIN_KEYS = {
     "post_norm": [],
 }
 GATED = {"swiglu": "silu", "geglu": "gelu", "reglu": "relu"}
+GAIN_KEYS["sas"] = [("beta_ff", "beta_ff")]
+GAIN_KEYS["sas_p"] = [("beta_sa", "beta_sa"), ("beta_ff", "beta_ff")]
+# Skipless keys (REFERENCE §3), absent from the base config and from the cases that predate them.
+SKIPLESS_MODEL_KEYS = {"input_norm"}
+SKIPLESS_ATTENTION_KEYS = {"query_init", "shaping", "value_output", "spa"}
 
 
 def make_model(**over):
     """BASE_MODEL with top-level keys replaced by `over`; `attention=` replaces attention keys."""
     m = copy.deepcopy(BASE_MODEL)
     att = over.pop("attention", {})
-    assert set(over) <= set(m) and set(att) <= set(m["attention"]), (over, att)
+    assert set(over) <= set(m) | SKIPLESS_MODEL_KEYS, over
+    assert set(att) <= set(m["attention"]) | SKIPLESS_ATTENTION_KEYS, att
     m.update(copy.deepcopy(over))
     m["attention"].update(copy.deepcopy(att))
     return m
@@ -154,15 +160,30 @@ def param_specs(m, V):
     a = m["attention"]
     bias = m["bias"]
     layer_norm = m["norm"]["kind"] == "layer_norm"
+    has_norm = m["norm"]["kind"] != "none"
+    has_mlp = m["ffn"]["kind"] != "none"
+    vo = a.get("value_output", {"kind": "dense"})
+    shaping = a.get("shaping", {"kind": "none"})
+    spa = a.get("spa", {"kind": "none"})
     specs = []
 
     def add(name, shape, init, trainable=True):
         specs.append((name, tuple(shape), init, trainable))
 
-    def norm(prefix):
+    def norm(prefix, layer_norm=layer_norm, has_norm=has_norm):
+        if not has_norm:
+            return
         add(prefix + ".gain", (d,), ("gain1",))
         if layer_norm:
             add(prefix + ".bias", (d,), ("normal", 0.1))
+
+    def reparam(prefix, w_init, trainable_gains):
+        """W = alpha W_init + beta dW: dW random here (zero only at sinklab's init)."""
+        linear(prefix, d, d)
+        add(prefix + ".w_init", (d, d), ("const", w_init), False)
+        for g in ("alpha", "beta"):
+            if trainable_gains.get(g, False):
+                add(prefix + "." + g, (1,), ("value", 1.0 + 0.1 * (1 if g == "alpha" else -2)))
 
     def linear(prefix, din, dout):
         add(prefix + ".weight", (din, dout), ("normal", 0.3))
@@ -177,14 +198,46 @@ def param_specs(m, V):
         add("rel_bias", (pos["buckets"], H), ("normal", 0.3))
     if N > 0:
         add("sink_tokens", (N, d), ("normal", 0.5))
+    if m.get("input_norm"):
+        norm("input_norm", m["input_norm"]["kind"] == "layer_norm", True)
     bk = m["block"]["kind"]
+    spa_tables = spa_layers(spa, L, T) if spa["kind"] != "none" else None
+    orth_rng = np.random.default_rng(1234)
     for l in range(L):
         p = f"blocks.{l}."
         norm(p + "norm1")
-        if bk != "parallel":
+        if bk not in ("parallel", "sas_p") and has_mlp:
             norm(p + "norm2")
-        for n in ("wq", "wk", "wv", "wo"):
+        for n in ("wq", "wk"):
             linear(p + f"attn.{n}", d, d)
+        if vo["kind"] == "dense":
+            linear(p + "attn.wv", d, d)
+            linear(p + "attn.wo", d, d)
+        elif vo["kind"] == "reparam":
+            tr = {g: vo.get(g, {}).get("trainable", True) for g in ("alpha", "beta")}
+            for n in ("wv", "wo"):
+                if vo["init"] == "identity":
+                    w0 = np.eye(d)
+                else:
+                    w0 = np.linalg.qr(orth_rng.normal(size=(d, d)))[0]
+                reparam(p + f"attn.{n}", w0, tr)
+        elif vo["kind"] == "identity":
+            if l == 0 and vo.get("first_layer_value", True):
+                reparam(p + "attn.wv", np.eye(d), {})
+        else:
+            raise ValueError(vo)
+        sk_kind = shaping["kind"]
+        if sk_kind != "none":
+            names = ["shape_alpha", "shape_beta"] + (["shape_gamma"] if sk_kind == "shaped" else [])
+            for n in names:
+                if shaping.get("trainable", True):
+                    add(p + "attn." + n, (H,), ("gain1",))
+                else:
+                    add(p + "attn." + n, (H,), ("const", np.full(H, shaping[n.split("_")[1]])), False)
+        if spa_tables is not None:
+            G, D = spa_tables[l]
+            add(p + "attn.spa_bias", (T, T), ("const", G), False)
+            add(p + "attn.spa_scale", (T,), ("const", D), False)
         g = a["gate"]["kind"]
         if g == "headwise":
             linear(p + "attn.gate", d, H)
@@ -219,15 +272,16 @@ def param_specs(m, V):
         fk = m["ffn"]["kind"]
         if fk in GATED:
             linear(p + "mlp.w_gate", d, F)
-        linear(p + "mlp.w_up", d, F)
-        linear(p + "mlp.w_down", F, d)
-        gains = m["block"].get("gains", {})
+        if has_mlp:
+            linear(p + "mlp.w_up", d, F)
+            linear(p + "mlp.w_down", F, d)
+        gains = m["block"].get("gains", {}) if bk not in ("sas", "sas_p") else m["block"]
         for key, pname in GAIN_KEYS[bk]:
             gc = gains.get(key, {})
             if gc.get("trainable", False):
                 add(p + pname, (1,), ("value", gc.get("init", 1.0)))
     if bk != "post_norm":
-        norm("norm_f")
+        norm("norm_f")  # nothing with norm = none
     if m["head"] == "untied":
         linear("head", d, V)
     return specs
@@ -288,7 +342,33 @@ def elu1(x):
     return np.where(x > 0, x + 1.0, np.exp(np.minimum(x, 0.0)))
 
 
+def spa_layers(spa, L, T):
+    """(Gamma_l, D_l) for l = 1..L: A_l = chol(S_l) inv(chol(S_{l-1})) (REFERENCE §3.3)."""
+    def sigma(l):
+        if l == 0:
+            return np.eye(T)
+        f = l / L
+        if spa["kind"] == "u_spa":
+            rho = 1.0 - (1.0 - spa["rho"]) ** f
+            return (1.0 - rho) * np.eye(T) + rho * np.ones((T, T))
+        gamma = -0.5 * np.log(1.0 - (1.0 - np.exp(-2.0 * spa["gamma"])) ** f)
+        i = np.arange(T)
+        return np.exp(-gamma * np.abs(i[:, None] - i[None, :]))
+    out = []
+    for l in range(1, L + 1):
+        A = np.tril(np.linalg.cholesky(sigma(l)) @ np.linalg.inv(np.linalg.cholesky(sigma(l - 1))))
+        low = np.tril_indices(T)
+        assert (A[low] > 0).all()
+        D = A.sum(axis=1)
+        G = np.zeros((T, T))
+        G[low] = np.log(A[low] / D[low[0]])
+        out.append((G, D))
+    return out
+
+
 def apply_norm(x, w, prefix, ncfg):
+    if ncfg["kind"] == "none":
+        return x
     eps = ncfg["eps"]
     if ncfg["kind"] == "rms_norm":
         return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w[prefix + ".gain"]
@@ -460,9 +540,25 @@ def attention(m, w, p, u, ctx, kinks):
     def heads(t):
         return t.reshape(B, S, H, dh).transpose(0, 2, 1, 3)
 
+    vo = a.get("value_output", {"kind": "dense"})
+
+    def vo_lin(x, name):
+        """W_V / W_O: dense, alpha W_init + beta dW, or absent (identity)."""
+        pre = p + "attn." + name
+        if pre + ".weight" not in w:
+            return x  # identity
+        if pre + ".w_init" not in w:
+            return lin(x, w, pre, bias)
+        ga = w[pre + ".alpha"][0] if pre + ".alpha" in w else float(f32(vo.get("alpha", {}).get("init", 1.0)))
+        gb = w[pre + ".beta"][0] if pre + ".beta" in w else float(f32(vo.get("beta", {}).get("init", 1.0)))
+        if vo["kind"] == "identity":
+            ga = gb = 1.0
+        y = x @ (ga * w[pre + ".w_init"] + gb * w[pre + ".weight"])
+        return y + w[pre + ".bias"] if bias else y
+
     q = heads(lin(u, w, p + "attn.wq", bias))
     k = heads(lin(u, w, p + "attn.wk", bias))
-    v = heads(lin(u, w, p + "attn.wv", bias))
+    v = heads(vo_lin(u, "wv"))
     if ctx["rope"] is not None:
         q, k = apply_rope(q, ctx["rope"]), apply_rope(k, ctx["rope"])
     nm = a["normaliser"]
@@ -497,11 +593,21 @@ def attention(m, w, p, u, ctx, kinks):
     if ctx["bias_fn"] is not None:
         pb = ctx["bias_fn"](w, p)  # (H, S, S)
         s = s + np.concatenate([np.zeros((H, S, c0)), pb], axis=-1)[None]
+    if p + "attn.spa_bias" in w:
+        s = s + w[p + "attn.spa_bias"][:S, :S]
     vis = np.concatenate([np.ones((S, c0), dtype=bool), ctx["vis"]], axis=1)
     wts = normalise(s, vis, nm, m, kinks)
     probe = wts
     if n_sl:
         wts = wts[..., 1:]
+    if p + "attn.spa_scale" in w:
+        wts = wts * w[p + "attn.spa_scale"][:S][:, None]
+    if p + "attn.shape_alpha" in w:
+        per = lambda n: w[p + "attn." + n][None, :, None, None]
+        wts = per("shape_alpha") * np.eye(S) + per("shape_beta") * wts
+        if p + "attn.shape_gamma" in w:
+            C = ctx["vis"] / ctx["vis"].sum(axis=1, keepdims=True)  # uniform over visible keys
+            wts = wts - per("shape_gamma") * C
     wts = a["row_scale"] * wts
     out = wts @ v_all  # (B, H, S, dh)
     if sk == "v_bias":
@@ -516,11 +622,13 @@ def attention(m, w, p, u, ctx, kinks):
     elif g != "none":
         raise ValueError(g)
     out = out.transpose(0, 2, 1, 3).reshape(B, S, d)
-    return lin(out, w, p + "attn.wo", bias), probe
+    return vo_lin(out, "wo"), probe
 
 
 def mlp(m, w, p, x, kinks):
     kind, bias = m["ffn"]["kind"], m["bias"]
+    if kind == "none":
+        return 0.0 * x
     acts = {"relu": lambda z: relu(z, kinks), "gelu": gelu, "silu": silu}
     up = lin(x, w, p + "mlp.w_up", bias)
     if kind in GATED:
@@ -532,8 +640,8 @@ def mlp(m, w, p, x, kinks):
 
 def gain_values(m, w, p):
     bk = m["block"]["kind"]
-    gains = m["block"].get("gains", {})
-    out = {}
+    gains = m["block"].get("gains", {}) if bk not in ("sas", "sas_p") else m["block"]
+    out = {"alpha_sa": 0.0, "alpha": 0.0, "beta_sa": 1.0, "alpha_ff": 1.0} if bk in ("sas", "sas_p") else {}
     for key, pname in GAIN_KEYS[bk]:
         gc = gains.get(key, {})
         if gc.get("trainable", False):
@@ -556,6 +664,8 @@ def forward(m, w, tokens, kinks=None):
         x = x + w["pos_embed"][:T][None]
     if N > 0:
         x = np.concatenate([np.broadcast_to(w["sink_tokens"], (B, N, d)), x], axis=1)
+    if m.get("input_norm"):
+        x = apply_norm(x, w, "input_norm", m["input_norm"])
     ctx = build_context(m, N, T)
     ncfg = m["norm"]
     bk = m["block"]["kind"]
@@ -563,15 +673,18 @@ def forward(m, w, tokens, kinks=None):
     for l in range(m["n_layers"]):
         p = f"blocks.{l}."
         g = gain_values(m, w, p)
-        if bk == "pre_norm":
+        if bk in ("pre_norm", "sas"):
             att, pr = attention(m, w, p, apply_norm(x, w, p + "norm1", ncfg), ctx, kinks)
             x = g["alpha_sa"] * x + g["beta_sa"] * att
-            x = g["alpha_ff"] * x + g["beta_ff"] * mlp(m, w, p, apply_norm(x, w, p + "norm2", ncfg), kinks)
+            if m["ffn"]["kind"] == "none":  # no MLP and no norm2
+                x = g["alpha_ff"] * x
+            else:
+                x = g["alpha_ff"] * x + g["beta_ff"] * mlp(m, w, p, apply_norm(x, w, p + "norm2", ncfg), kinks)
         elif bk == "post_norm":
             att, pr = attention(m, w, p, x, ctx, kinks)
             x = apply_norm(x + att, w, p + "norm1", ncfg)
             x = apply_norm(x + mlp(m, w, p, x, kinks), w, p + "norm2", ncfg)
-        elif bk == "parallel":
+        elif bk in ("parallel", "sas_p"):
             u = apply_norm(x, w, p + "norm1", ncfg)
             att, pr = attention(m, w, p, u, ctx, kinks)
             x = g["alpha"] * x + g["beta_sa"] * att + g["beta_ff"] * mlp(m, w, p, u, kinks)
@@ -579,7 +692,7 @@ def forward(m, w, tokens, kinks=None):
             raise ValueError(bk)
         probes.append(pr)
     x = x[:, N:]
-    if bk != "post_norm":
+    if bk != "post_norm" and ncfg["kind"] != "none":
         x = apply_norm(x, w, "norm_f", ncfg)
     if m["head"] == "tied":
         logits = x @ w["embed"].T
@@ -741,6 +854,49 @@ def build_cases():
          norm={"kind": "layer_norm", "eps": 1e-5}, block={"kind": "post_norm"},
          attention=att(normaliser={"kind": "softmax_n", "n": 1.0}, slot={"kind": "memory_kv", "n": 1},
                        gate={"kind": "elementwise"}, mask={"kind": "sinks_window", "sinks": 1, "w": 2}))
+    # Skipless transformers (REFERENCE §3). Weights are random here (ΔW, gains, W_Q non-zero),
+    # so every gradient is exercised; the init values only matter to sinklab's tests of init.
+    orth = {"kind": "reparam", "init": "orthogonal",
+            "alpha": {"init": 1.0, "trainable": True}, "beta": {"init": 1.0, "trainable": True}}
+    shaped = {"kind": "shaped", "alpha": 1.0, "beta": 1.0, "gamma": 1.0, "trainable": True}
+    skip_attn = {"kind": "pre_norm", "gains": gains(alpha_sa=(0.0, False), beta_ff=(0.1, True))}
+    sas = {"kind": "sas", "beta_ff": {"init": 0.1, "trainable": True}}
+    sas_p = {"kind": "sas_p", "beta_sa": {"init": 1.0, "trainable": True},
+             "beta_ff": {"init": 0.1, "trainable": True}}
+    case("value_skipinit", "no attention skip, A <- alpha I + beta A per head, W_V/W_O = alpha W0 + beta dW "
+         "with orthogonal W0", block=skip_attn,
+         attention=att(shaping={"kind": "value_skipinit", "alpha": 1.0, "beta": 0.0, "trainable": True},
+                       value_output=orth))
+    case("shaped_fixed_identity_reparam", "shaped attention with fixed (constant) alpha beta gamma = 1, "
+         "W0 = identity, fixed alpha_W, trainable beta_W",
+         block=skip_attn,
+         attention=att(query_init="zero",
+                       shaping={"kind": "shaped", "alpha": 1.0, "beta": 1.0, "gamma": 1.0, "trainable": False},
+                       value_output={"kind": "reparam", "init": "identity",
+                                     "alpha": {"init": 1.0, "trainable": False},
+                                     "beta": {"init": 0.5, "trainable": True}}))
+    case("sas", "SAS block: shaped attention, no W_V/W_O except layer-0 W_V = I + dW, MLP skip with beta_ff",
+         block=sas, norm={"kind": "layer_norm", "eps": 1e-5}, ffn={"kind": "gelu"},
+         attention=att(query_init="zero", shaping=shaped,
+                       value_output={"kind": "identity", "first_layer_value": True}))
+    case("sas_p_bias", "SAS-P block with biases in every linear layer", block=sas_p, bias=True,
+         attention=att(query_init="zero", shaping=shaped,
+                       value_output={"kind": "identity", "first_layer_value": True}))
+    case("sas_p_nonorm", "SAS-P without norms except a LayerNorm on the first layer's input",
+         block=sas_p, norm={"kind": "none"}, input_norm={"kind": "layer_norm", "eps": 1e-5},
+         attention=att(query_init="zero", shaping=shaped,
+                       value_output={"kind": "identity", "first_layer_value": False}))
+    case("e_spa", "E-SPA logit bias Gamma_l and row rescaling D_l, orthogonal reparameterised V/O",
+         block=skip_attn, positions={"kind": "nope"},
+         attention=att(query_init="zero", spa={"kind": "e_spa", "gamma": 0.2}, value_output=orth))
+    case("u_spa_dense", "U-SPA with dense V/O and the default pre-norm block", n_layers=3,
+         attention=att(query_init="zero", spa={"kind": "u_spa", "rho": 0.7}))
+    case("shaped_attention_only_window", "attention-only (ffn none) shaped stack, sliding window 3: "
+         "C is uniform over the window", ffn={"kind": "none"},
+         block={"kind": "pre_norm", "gains": gains(alpha_sa=(0.0, False), alpha_ff=(1.0, False),
+                                                  beta_ff=(1.0, False))},
+         attention=att(query_init="zero", shaping=shaped, value_output=orth,
+                       mask={"kind": "sliding_window", "w": 3}))
     names = [c["name"] for c in C]
     assert len(names) == len(set(names))
     return C

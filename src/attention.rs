@@ -8,11 +8,18 @@
 //! K = [k_slot ; k],  V = [v_slot ; v]                # KV/K bias (1 key), memory K/V (n keys)
 //! s = q Kᵀ / sqrt(d_h) + bias                        # (B, H, S, C); bias: ALiBi / T5 buckets
 //! s = [z_h ; s]                                      # learned sink logit column (value 0)
+//! s = s + Γ_l                                       # U-SPA / E-SPA fixed logit bias
 //! A = normalise(s, mask)                             # softmax, softmax_n, sigmoid, elu+1, linear
+//! A = D_l A                                          # U-SPA / E-SPA row rescaling
+//! A = α_h I + β_h A (− γ_h C)                        # Value-SkipInit / shaped attention
 //! out = α · A V  (+ v*)                              # row scale α; V bias adds v* per head
 //! out = out ⊙ σ(u W_g)                               # output gate, headwise or elementwise
 //! y = concat_h(out) W_O                              # (B, S, d)
 //! ```
+//!
+//! W_V and W_O may be reparameterised (`α W_init + β ΔW`) or absent (the identity: SAS), and
+//! W_Q may start at exactly 0 (REFERENCE §3). The probe records A as the normaliser returns it
+//! (before D_l, shaping and the row scale), so sink metrics read the learned softmax part.
 //!
 //! Slot columns (sink logit, KV/K bias, memory keys) come first in the weights, then the S
 //! sequence positions (sink tokens, then real tokens). Slots are position-free: added after RoPE,
@@ -25,10 +32,12 @@
 //! computed as `x + 1` for x > 0 and `exp(min(x, 0))` otherwise, so no branch overflows.
 
 use crate::config::{
-    AttentionKernel, FeatureMap, GateConfig, KBiasValue, KernelNorm, ModelConfig, NormaliserConfig,
-    PositionsConfig, SlotConfig, rope_dims,
+    AttentionKernel, FeatureMap, Gain, GateConfig, KBiasValue, KernelNorm, ModelConfig,
+    NormaliserConfig, PositionsConfig, QueryInit, ShapingConfig, SlotConfig, ValueOutputConfig,
+    WInit, rope_dims,
 };
 use crate::model::{Init, Linear};
+use crate::signal::SpaLayer;
 use burn::module::{Module, Param};
 use burn::tensor::activation::{relu, sigmoid, softmax};
 use burn::tensor::module::{attention, embedding};
@@ -156,6 +165,8 @@ pub struct Ctx {
     fused: bool,
     /// Sink tokens at the front of the sequence.
     sink_tokens: usize,
+    /// Identity I and uniform attention C over the visible keys, (1, 1, S, S): shaping only.
+    shaping: Option<(Tensor<4>, Tensor<4>)>,
 }
 
 impl Ctx {
@@ -236,12 +247,29 @@ impl Ctx {
             let four = |x: &Tensor<2>| x.clone().slice(0..s).unsqueeze::<4>(); // (1, 1, S, r/2)
             (four(cos), four(sin), *r)
         });
+        // Shaping is only allowed without slots and sink tokens (validated), so C = S.
+        let shaping = (a.shaping != (ShapingConfig::None {})).then(|| {
+            let mut eye = vec![0f32; s * s];
+            let mut uniform = vec![0f32; s * s];
+            for qi in 0..s {
+                eye[qi * s + qi] = 1.0;
+                let seen: Vec<usize> = (0..s).filter(|&kj| visible(qi, kj)).collect();
+                for kj in &seen {
+                    uniform[qi * s + kj] = 1.0 / seen.len() as f32;
+                }
+            }
+            let four = |x: Vec<f32>| {
+                Tensor::<2>::from_data(TensorData::new(x, [s, s]), device).unsqueeze::<4>()
+            };
+            (four(eye), four(uniform))
+        });
         Self {
             rope,
             hidden,
             bias,
             fused: a.kernel == AttentionKernel::Fused,
             sink_tokens: n,
+            shaping,
         }
     }
 }
@@ -295,8 +323,11 @@ pub struct AttnSpec {
 pub struct Attention {
     pub wq: Linear,
     pub wk: Linear,
-    pub wv: Linear,
-    pub wo: Linear,
+    /// Absent (the identity) with `value_output = identity`, except in a first layer that
+    /// keeps its value matrix.
+    pub wv: Option<Linear>,
+    /// Absent (the identity) with `value_output = identity`.
+    pub wo: Option<Linear>,
     /// Output gate W_g: (d, H) headwise or (d, d) elementwise.
     pub gate: Option<Linear>,
     /// φ of an MLP linear kernel.
@@ -312,19 +343,94 @@ pub struct Attention {
     /// Memory keys and values (H, n, d_h).
     pub mem_k: Option<Param<Tensor<3>>>,
     pub mem_v: Option<Param<Tensor<3>>>,
+    /// Shaping gains α_h, β_h, γ_h (H); constants (never trained) when not trainable.
+    pub shape_alpha: Option<Param<Tensor<1>>>,
+    pub shape_beta: Option<Param<Tensor<1>>>,
+    pub shape_gamma: Option<Param<Tensor<1>>>,
+    /// U-SPA / E-SPA logit bias Γ_l (ctx, ctx) and row rescaling D_l (ctx); constants.
+    pub spa_bias: Option<Param<Tensor<2>>>,
+    pub spa_scale: Option<Param<Tensor<1>>>,
     #[module(skip)]
     pub spec: AttnSpec,
 }
 
 impl Attention {
-    pub fn new(cfg: &ModelConfig, init: &mut Init) -> Self {
+    /// Layer `layer` (0-based) of the model; `spa` is its U-SPA / E-SPA realisation.
+    pub fn new(cfg: &ModelConfig, init: &mut Init, layer: usize, spa: Option<&SpaLayer>) -> Self {
         let (d, h, b) = (cfg.d_model, cfg.n_heads, cfg.bias);
         let dh = cfg.d_head();
         let a = &cfg.attention;
-        let wq = Linear::new(init, d, d, b);
+        // The baseline stream is always drawn for all four, so that every variant shares the
+        // rest of its weights with the baseline of the same seed.
+        let mut wq = Linear::new(init, d, d, b);
         let wk = Linear::new(init, d, d, b);
         let wv = Linear::new(init, d, d, b);
         let wo = Linear::new(init, d, d, b);
+        if a.query_init == QueryInit::Zero {
+            wq = Linear::zeros(init, d, d, b);
+        }
+        let (wv, wo) = match a.value_output {
+            ValueOutputConfig::Dense {} => (Some(wv), Some(wo)),
+            ValueOutputConfig::Reparam {
+                init: w0,
+                alpha,
+                beta,
+            } => (
+                Some(Linear::reparam(init, d, w0, alpha, beta, b)),
+                Some(Linear::reparam(init, d, w0, alpha, beta, b)),
+            ),
+            ValueOutputConfig::Identity { first_layer_value } => {
+                let fixed_one = Gain {
+                    init: 1.0,
+                    trainable: false,
+                };
+                let wv = (layer == 0 && first_layer_value)
+                    .then(|| Linear::reparam(init, d, WInit::Identity, fixed_one, fixed_one, b));
+                (wv, None)
+            }
+        };
+        let per_head = |init: &Init, x: f64, trainable: bool| {
+            let p = init.filled(x as f32, [h]);
+            Some(if trainable {
+                p
+            } else {
+                p.set_require_grad(false)
+            })
+        };
+        let (shape_alpha, shape_beta, shape_gamma) = match a.shaping {
+            ShapingConfig::None {} => (None, None, None),
+            ShapingConfig::ValueSkipinit {
+                alpha,
+                beta,
+                trainable,
+            } => (
+                per_head(init, alpha, trainable),
+                per_head(init, beta, trainable),
+                None,
+            ),
+            ShapingConfig::Shaped {
+                alpha,
+                beta,
+                gamma,
+                trainable,
+            } => (
+                per_head(init, alpha, trainable),
+                per_head(init, beta, trainable),
+                per_head(init, gamma, trainable),
+            ),
+        };
+        let (spa_bias, spa_scale) = match spa {
+            Some(l) => {
+                let t = cfg.ctx;
+                let bias = l.bias.iter().map(|&x| x as f32).collect();
+                let scale = l.scale.iter().map(|&x| x as f32).collect();
+                (
+                    Some(init.constant(bias, [t, t])),
+                    Some(init.constant(scale, [t])),
+                )
+            }
+            None => (None, None),
+        };
         let gate = match a.gate {
             GateConfig::None {} => None,
             GateConfig::Headwise {} => Some(Linear::new_extra(init, d, h, b)),
@@ -356,6 +462,11 @@ impl Attention {
             v_bias: None,
             mem_k: None,
             mem_v: None,
+            shape_alpha,
+            shape_beta,
+            shape_gamma,
+            spa_bias,
+            spa_scale,
             spec: AttnSpec {
                 n_heads: h,
                 normaliser: a.normaliser.clone(),
@@ -420,11 +531,31 @@ impl Attention {
         attn
     }
 
-    /// Project and split heads: (B, S, d) → (B, H, S, d_h).
-    fn heads(&self, x: Tensor<3>, w: &Linear) -> Tensor<4> {
+    /// Project (if a projection is given) and split heads: (B, S, d) → (B, H, S, d_h).
+    fn heads(&self, x: Tensor<3>, w: Option<&Linear>) -> Tensor<4> {
         let [b, s, d] = x.dims();
         let h = self.spec.n_heads;
-        w.forward(x).reshape([b, s, h, d / h]).swap_dims(1, 2)
+        let x = match w {
+            Some(w) => w.forward(x),
+            None => x,
+        };
+        x.reshape([b, s, h, d / h]).swap_dims(1, 2)
+    }
+
+    /// `α_h I + β_h A − γ_h C` (shaped) or `α_h I + β_h A` (Value-SkipInit) on (B, H, S, S).
+    fn shape(&self, w: Tensor<4>, ctx: &Ctx) -> Tensor<4> {
+        let Some(alpha) = &self.shape_alpha else {
+            return w;
+        };
+        let (eye, uniform) = ctx.shaping.as_ref().expect("shaping context");
+        let h = self.spec.n_heads;
+        let per_head = |p: &Param<Tensor<1>>| p.val().reshape([1, h, 1, 1]);
+        let beta = self.shape_beta.as_ref().expect("shape beta");
+        let mut out = eye.clone() * per_head(alpha) + w * per_head(beta);
+        if let Some(gamma) = &self.shape_gamma {
+            out = out - uniform.clone() * per_head(gamma);
+        }
+        out
     }
 
     /// φ(x) on (B, H, S, d_h) for linear kernels; identity otherwise.
@@ -519,9 +650,9 @@ impl Attention {
         let [b, s, d] = u.dims();
         let h = self.spec.n_heads;
         let dh = d / h;
-        let mut q = self.heads(u.clone(), &self.wq); // (B, H, S, d_h)
-        let mut k = self.heads(u.clone(), &self.wk);
-        let v = self.heads(u.clone(), &self.wv);
+        let mut q = self.heads(u.clone(), Some(&self.wq)); // (B, H, S, d_h)
+        let mut k = self.heads(u.clone(), Some(&self.wk));
+        let v = self.heads(u.clone(), self.wv.as_ref());
         if let Some((cos, sin, r)) = &ctx.rope {
             q = rope(q, cos, sin, *r);
             k = rope(k, cos, sin, *r);
@@ -555,6 +686,9 @@ impl Attention {
             if let Some(bias) = &ctx.bias {
                 scores = scores + bias.clone();
             }
+            if let Some(g) = &self.spa_bias {
+                scores = scores + g.val().slice([0..s, 0..s]).unsqueeze::<4>(); // + Γ_l (1, 1, S, S)
+            }
             let c = scores.dims()[3];
             let w = self.normalise(scores, ctx.hidden.clone().expand([b, h, s, c])); // (B, H, S, C)
             if let Some(p) = probe.as_deref_mut() {
@@ -566,6 +700,11 @@ impl Attention {
             } else {
                 w
             };
+            let w = match &self.spa_scale {
+                Some(dl) => w * dl.val().slice(0..s).reshape([1, 1, s, 1]), // D_l A
+                None => w,
+            };
+            let w = self.shape(w, ctx);
             let w = if self.spec.row_scale != 1.0 {
                 w * self.spec.row_scale
             } else {
@@ -588,6 +727,9 @@ impl Attention {
             }
         }
         let out = out.swap_dims(1, 2).reshape([b, s, d]); // (B, S, d): heads concatenated
-        self.wo.forward(out)
+        match &self.wo {
+            Some(wo) => wo.forward(out),
+            None => out,
+        }
     }
 }

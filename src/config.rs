@@ -208,6 +208,10 @@ pub struct ModelConfig {
     pub ctx: usize,
     #[serde(default)]
     pub norm: NormConfig,
+    /// A norm on the embedding output, before the first block (SAS-P "no-norm" keeps only this
+    /// LayerNorm, with `norm = { kind = "none" }`).
+    #[serde(default)]
+    pub input_norm: Option<NormConfig>,
     #[serde(default)]
     pub ffn: FfnConfig,
     #[serde(default)]
@@ -257,6 +261,7 @@ impl Default for ModelConfig {
             d_ff: default_d_ff(),
             ctx: default_ctx(),
             norm: NormConfig::default(),
+            input_norm: None,
             ffn: FfnConfig::default(),
             positions: PositionsConfig::default(),
             block: BlockConfig::default(),
@@ -287,6 +292,9 @@ pub enum NormConfig {
     RmsNorm { eps: f64 },
     /// `(x − mean x) / sqrt(var x + eps) · g + b` (biased variance, as PyTorch).
     LayerNorm { eps: f64 },
+    /// No normalisation anywhere in the blocks and no final norm (skipless "no-norm" models;
+    /// see `input_norm`).
+    None {},
 }
 
 impl Default for NormConfig {
@@ -309,6 +317,8 @@ pub enum FfnConfig {
     Geglu {},
     /// `relu(x W_gate) ⊙ x W_up`.
     Reglu {},
+    /// No feed-forward sub-block at all (attention-only stacks, e.g. for signal propagation).
+    None {},
 }
 
 impl Default for FfnConfig {
@@ -434,6 +444,34 @@ pub enum BlockConfig {
         #[serde(default)]
         gains: ParallelGains,
     },
+    /// SAS (He & Hofmann): `x̂ = SAS-Attn(N1(x))` (no attention skip: α_SA = 0, β_SA = 1),
+    /// `out = x̂ + β_FF MLP(N2(x̂))`. Needs `attention.shaping = shaped` and
+    /// `attention.value_output = identity`.
+    Sas {
+        #[serde(default = "default_sas_beta_ff")]
+        beta_ff: Gain,
+    },
+    /// SAS-P: parallel and skipless, `out = β_SA SAS-Attn(N(x)) + β_FF MLP(N(x))` (α = 0).
+    /// Needs `attention.shaping = shaped` and `attention.value_output = identity`.
+    SasP {
+        #[serde(default = "trained_one")]
+        beta_sa: Gain,
+        #[serde(default = "default_sas_beta_ff")]
+        beta_ff: Gain,
+    },
+}
+
+fn default_sas_beta_ff() -> Gain {
+    Gain {
+        init: 0.1,
+        trainable: true,
+    }
+}
+fn trained_one() -> Gain {
+    Gain {
+        init: 1.0,
+        trainable: true,
+    }
 }
 
 impl Default for BlockConfig {
@@ -476,6 +514,20 @@ pub struct AttentionConfig {
     pub gate: GateConfig,
     #[serde(default)]
     pub mask: MaskConfig,
+    /// Init of W_Q: the common normal init, or exactly 0 (shaped attention, U-SPA / E-SPA:
+    /// attention then does not depend on the input at init).
+    #[serde(default)]
+    pub query_init: QueryInit,
+    /// What is done to the attention matrix after the normaliser (REFERENCE §3.1).
+    #[serde(default)]
+    pub shaping: ShapingConfig,
+    /// How W_V and W_O are parameterised (dense, reparameterised, or removed).
+    #[serde(default)]
+    pub value_output: ValueOutputConfig,
+    /// U-SPA / E-SPA: a fixed logit bias Γ_l and output rescaling D_l per layer, built at init
+    /// so that the token kernel follows a non-collapsing target (REFERENCE §3.3).
+    #[serde(default)]
+    pub spa: SpaConfig,
 }
 
 impl Default for AttentionConfig {
@@ -487,7 +539,126 @@ impl Default for AttentionConfig {
             slot: SlotConfig::default(),
             gate: GateConfig::default(),
             mask: MaskConfig::default(),
+            query_init: QueryInit::default(),
+            shaping: ShapingConfig::default(),
+            value_output: ValueOutputConfig::default(),
+            spa: SpaConfig::default(),
         }
+    }
+}
+
+/// Init of the query projection W_Q.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum QueryInit {
+    /// N(0, init_std), like every other matrix.
+    #[default]
+    Normal,
+    /// Exactly 0 (the draw is still taken from the init stream, so the other weights match the
+    /// normal-init model of the same seed).
+    Zero,
+}
+
+/// What is done to each head's attention matrix A (after the normaliser, before the row scale
+/// and the values). α, β, γ are per head (parameters `attn.shape_alpha`, `attn.shape_beta`,
+/// `attn.shape_gamma`, shape [H]); never weight-decayed by `matrices_only`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ShapingConfig {
+    None {},
+    /// Value-SkipInit: `A ← α I + β A` (α = 1, β = 0 at init: every token keeps its own value).
+    ValueSkipinit {
+        #[serde(default = "one")]
+        alpha: f64,
+        #[serde(default)]
+        beta: f64,
+        #[serde(default = "yes")]
+        trainable: bool,
+    },
+    /// Shaped attention (Noci et al.): `A ← α I + β A − γ C`, C the uniform attention over the
+    /// visible keys (causal: `C_ij = 1/i`). With W_Q = 0 and α = β = γ = 1, A = C at init and
+    /// the shaped matrix is the identity.
+    Shaped {
+        #[serde(default = "one")]
+        alpha: f64,
+        #[serde(default = "one")]
+        beta: f64,
+        #[serde(default = "one")]
+        gamma: f64,
+        #[serde(default = "yes")]
+        trainable: bool,
+    },
+}
+
+impl Default for ShapingConfig {
+    fn default() -> Self {
+        ShapingConfig::None {}
+    }
+}
+
+/// The fixed matrix of a reparameterised weight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WInit {
+    Identity,
+    /// A random orthogonal matrix (QR of a Gaussian draw, from the variant init stream).
+    Orthogonal,
+}
+
+/// How W_V and W_O are parameterised.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ValueOutputConfig {
+    /// Ordinary matrices, N(0, init_std).
+    Dense {},
+    /// `W = α_W W_init + β_W ΔW` for both W_V and W_O: W_init a fixed constant (`wv.w_init`,
+    /// saved, never trained), ΔW trainable and zero-initialised (`wv.weight`), α_W and β_W
+    /// scalar gains (`wv.alpha`, `wv.beta`).
+    Reparam {
+        init: WInit,
+        #[serde(default = "trained_one")]
+        alpha: Gain,
+        #[serde(default = "trained_one")]
+        beta: Gain,
+    },
+    /// No W_V and no W_O (both the identity: each head reads and writes its own slice of the
+    /// residual stream), except that the first layer keeps `W_V = I + ΔW` with ΔW trainable and
+    /// zero-initialised when `first_layer_value` (SAS).
+    Identity {
+        #[serde(default = "yes")]
+        first_layer_value: bool,
+    },
+}
+
+impl Default for ValueOutputConfig {
+    fn default() -> Self {
+        ValueOutputConfig::Dense {}
+    }
+}
+
+/// Signal-propagation-preserving attention (He et al. 2023). Layer l of L gets a fixed logit
+/// bias Γ_l (`attn.spa_bias`, [ctx, ctx]) and output rescaling D_l (`attn.spa_scale`, [ctx]),
+/// so that at init (W_Q = 0) attention is `A_l = L_l L_{l−1}⁻¹` and the token kernel follows
+/// `Σ_l = A_l Σ_{l−1} A_lᵀ` through the targets below (Σ_0 = I).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum SpaConfig {
+    None {},
+    /// `Σ_l = (1 − ρ_l) I + ρ_l 11ᵀ`, schedule `1 − ρ_l = (1 − ρ_L)^{l/L}` (sinklab's choice,
+    /// the U-SPA analogue of E-SPA's), `rho` = ρ_L.
+    USpa {
+        rho: f64,
+    },
+    /// `(Σ_l)_ij = exp(−γ_l |i − j|)`, schedule `1 − e^{−2γ_l} = (1 − e^{−2γ_L})^{l/L}`,
+    /// `gamma` = γ_L.
+    ESpa {
+        gamma: f64,
+    },
+}
+
+impl Default for SpaConfig {
+    fn default() -> Self {
+        SpaConfig::None {}
     }
 }
 
@@ -1451,12 +1622,25 @@ impl Experiment {
                 ),
             );
         }
-        let (NormConfig::RmsNorm { eps } | NormConfig::LayerNorm { eps }) = m.norm;
-        if !greater(eps, 0.0) {
-            bad(
-                "model.norm.eps",
-                format!("found {eps}, expected a number > 0"),
-            );
+        for (path, norm) in [
+            ("model.norm", Some(&m.norm)),
+            ("model.input_norm", m.input_norm.as_ref()),
+        ] {
+            match norm {
+                Some(NormConfig::RmsNorm { eps } | NormConfig::LayerNorm { eps })
+                    if !greater(*eps, 0.0) =>
+                {
+                    bad(
+                        &format!("{path}.eps"),
+                        format!("found {eps}, expected a number > 0"),
+                    );
+                }
+                Some(NormConfig::None {}) if path == "model.input_norm" => bad(
+                    "model.input_norm",
+                    "kind = \"none\" here means no input norm: omit the table instead".into(),
+                ),
+                _ => {}
+            }
         }
         if let Some(s) = m.init_std
             && !(s > 0.0 && s.is_finite())
@@ -1479,11 +1663,29 @@ impl Experiment {
                 ("beta_ff", gains.beta_ff),
             ],
             BlockConfig::PostNorm {} => vec![],
+            BlockConfig::Sas { beta_ff } => vec![("beta_ff", *beta_ff)],
+            BlockConfig::SasP { beta_sa, beta_ff } => {
+                vec![("beta_sa", *beta_sa), ("beta_ff", *beta_ff)]
+            }
         };
+        let gains_path = |name: &str| match m.block {
+            BlockConfig::Sas { .. } | BlockConfig::SasP { .. } => format!("model.block.{name}"),
+            _ => format!("model.block.gains.{name}"),
+        };
+        for (name, g) in &gains {
+            if m.ffn == (FfnConfig::None {}) && name.ends_with("_ff") && g.trainable {
+                bad(
+                    &format!("{}.trainable", gains_path(name)),
+                    "ffn = none leaves no feed-forward sub-block for this gain to scale; \
+                     make it a constant (trainable = false)"
+                        .into(),
+                );
+            }
+        }
         for (name, g) in gains {
             if !g.init.is_finite() {
                 bad(
-                    &format!("model.block.gains.{name}.init"),
+                    &format!("{}.init", gains_path(name)),
                     format!("found {}, expected a finite number", g.init),
                 );
             }
@@ -1495,6 +1697,7 @@ impl Experiment {
             );
         }
         self.validate_attention(&mut bad, dh);
+        self.validate_skipless(&mut bad);
 
         // data
         if !(d.val_fraction > 0.0 && d.val_fraction < 0.5) {
@@ -1849,6 +2052,12 @@ impl Experiment {
             if a.row_scale != 1.0 {
                 why.push("row_scale ≠ 1".to_string());
             }
+            if a.shaping != (ShapingConfig::None {}) {
+                why.push("the attention matrix is shaped".to_string());
+            }
+            if a.spa != (SpaConfig::None {}) {
+                why.push("U-SPA / E-SPA add a logit bias and rescale rows".to_string());
+            }
             if !why.is_empty() {
                 bad(
                     "model.attention.kernel",
@@ -1859,6 +2068,160 @@ impl Experiment {
                     ),
                 );
             }
+        }
+    }
+
+    /// Checks of the skipless-transformer choices (REFERENCE §3) and their combinations.
+    fn validate_skipless(&self, bad: &mut dyn FnMut(&str, String)) {
+        let m = &self.model;
+        let a = &m.attention;
+        let norm_name = normaliser_name(&a.normaliser);
+        let logit_bias = matches!(
+            m.positions,
+            PositionsConfig::Alibi {} | PositionsConfig::Relative { .. }
+        );
+        // Shared requirements of shaping and SPA, reported under `what`'s path.
+        let needs = |what: &str, zero_q: bool, causal_only: bool| -> Option<String> {
+            let mut why = Vec::new();
+            if !matches!(a.normaliser, NormaliserConfig::Softmax {}) {
+                why.push(format!(
+                    "the normaliser is {norm_name} (the construction assumes softmax)"
+                ));
+            }
+            if zero_q && a.query_init != QueryInit::Zero {
+                why.push(
+                    "W_Q must start at exactly 0 (set model.attention.query_init = \"zero\")"
+                        .to_string(),
+                );
+            }
+            if a.slot != (SlotConfig::None {}) {
+                why.push("a slot adds keys outside the T×T attention matrix".to_string());
+            }
+            if m.sink_tokens > 0 {
+                why.push("sink tokens add positions outside the T×T attention matrix".to_string());
+            }
+            if zero_q && logit_bias {
+                why.push(format!(
+                    "{} positions add a logit bias, so attention at init is not the intended matrix; \
+                     use nope, sinusoidal, learned or rope",
+                    positions_name(&m.positions)
+                ));
+            }
+            if causal_only && a.mask != (MaskConfig::Causal {}) {
+                why.push("the mask is not causal (A_l is full lower-triangular)".to_string());
+            }
+            (!why.is_empty()).then(|| format!("{what} cannot be used here: {}", why.join("; ")))
+        };
+        match a.shaping {
+            ShapingConfig::None {} => {}
+            ShapingConfig::ValueSkipinit { alpha, beta, .. } => {
+                if let Some(m) = needs("value_skipinit", false, false) {
+                    bad("model.attention.shaping", m);
+                }
+                for (k, x) in [("alpha", alpha), ("beta", beta)] {
+                    if !x.is_finite() {
+                        bad(
+                            &format!("model.attention.shaping.{k}"),
+                            format!("found {x}, expected a finite number"),
+                        );
+                    }
+                }
+            }
+            ShapingConfig::Shaped {
+                alpha, beta, gamma, ..
+            } => {
+                if let Some(m) = needs("shaped attention", true, false) {
+                    bad("model.attention.shaping", m);
+                }
+                for (k, x) in [("alpha", alpha), ("beta", beta), ("gamma", gamma)] {
+                    if !x.is_finite() {
+                        bad(
+                            &format!("model.attention.shaping.{k}"),
+                            format!("found {x}, expected a finite number"),
+                        );
+                    }
+                }
+            }
+        }
+        if let ValueOutputConfig::Reparam { alpha, beta, .. } = a.value_output {
+            for (k, g) in [("alpha", alpha), ("beta", beta)] {
+                if !g.init.is_finite() {
+                    bad(
+                        &format!("model.attention.value_output.{k}.init"),
+                        format!("found {}, expected a finite number", g.init),
+                    );
+                }
+            }
+            if !beta.trainable && beta.init == 0.0 {
+                bad(
+                    "model.attention.value_output.beta",
+                    "β_W = 0 and fixed would leave ΔW without any effect; make it trainable or \
+                     non-zero"
+                        .into(),
+                );
+            }
+        }
+        if a.spa != (SpaConfig::None {}) {
+            if let Some(m) = needs("U-SPA / E-SPA", true, true) {
+                bad("model.attention.spa", m);
+            }
+            if a.shaping != (ShapingConfig::None {}) {
+                bad(
+                    "model.attention.spa",
+                    "U-SPA / E-SPA already fix the attention matrix at init; use them with \
+                     shaping = none"
+                        .into(),
+                );
+            }
+            let (key, x, ok) = match a.spa {
+                SpaConfig::USpa { rho } => ("rho", rho, rho > 0.0 && rho < 1.0),
+                SpaConfig::ESpa { gamma } => ("gamma", gamma, gamma > 0.0 && gamma.is_finite()),
+                SpaConfig::None {} => unreachable!(),
+            };
+            if !ok {
+                let want = if key == "rho" {
+                    "0 < rho < 1 (the final off-diagonal correlation ρ_L)"
+                } else {
+                    "a finite number > 0 (the final decay rate γ_L)"
+                };
+                bad(
+                    &format!("model.attention.spa.{key}"),
+                    format!("found {x}, expected {want}"),
+                );
+            } else if m.n_layers >= 1
+                && m.ctx >= 2
+                && let Err(e) = crate::signal::spa_layers(&a.spa, m.n_layers, m.ctx)
+            {
+                bad("model.attention.spa", e.to_string());
+            }
+        }
+        let sas = matches!(m.block, BlockConfig::Sas { .. } | BlockConfig::SasP { .. });
+        if sas {
+            let mut why = Vec::new();
+            if !matches!(a.shaping, ShapingConfig::Shaped { .. }) {
+                why.push("model.attention.shaping = { kind = \"shaped\" }");
+            }
+            if !matches!(a.value_output, ValueOutputConfig::Identity { .. }) {
+                why.push("model.attention.value_output = { kind = \"identity\" }");
+            }
+            if !why.is_empty() {
+                bad(
+                    "model.block.kind",
+                    format!(
+                        "SAS blocks are shaped attention without W_V / W_O; also set {} (or use \
+                         pre_norm / parallel with gains for other skipless blocks)",
+                        why.join(" and ")
+                    ),
+                );
+            }
+        }
+        if m.norm == (NormConfig::None {}) && m.block == (BlockConfig::PostNorm {}) {
+            bad(
+                "model.norm",
+                "post_norm with no norm is the pre_norm block with no norm; use block.kind = \
+                 \"pre_norm\""
+                    .into(),
+            );
         }
     }
 

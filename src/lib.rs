@@ -3,7 +3,8 @@
 //!
 //! Layout: `config` (strict experiment schema), `data` (corpora, tokenization, sampler),
 //! `tokenizer`, `model` (the LM, attention by hand), `optim` (AdamW, schedules, clipping),
-//! `metrics` (pure sink-metric maths), `train` (the loop), `checkpoint` (atomic files,
+//! `metrics` (pure sink-metric maths), `signal` (U-SPA / E-SPA
+//! construction, token-kernel statistics), `train` (the loop), `checkpoint` (atomic files,
 //! safetensors), `tensorboard` (event-file writer), `backend` (devices, provenance), `bench`.
 
 pub mod attention;
@@ -16,6 +17,7 @@ pub mod metrics;
 pub mod model;
 pub mod optim;
 pub mod parallel;
+pub mod signal;
 pub mod tensorboard;
 pub mod tokenizer;
 pub mod train;

@@ -24,8 +24,9 @@
 
 use crate::attention::{Attention, Ctx, LayerProbe, PositionTables};
 use crate::config::{
-    BlockConfig, FfnConfig, Gain, HeadKind, ModelConfig, NormConfig, PositionsConfig,
+    BlockConfig, FfnConfig, Gain, HeadKind, ModelConfig, NormConfig, PositionsConfig, WInit,
 };
+use crate::signal::SpaLayer;
 use burn::module::{Module, Param};
 use burn::tensor::activation::{gelu, relu, silu};
 use burn::tensor::module::{embedding, linear};
@@ -97,32 +98,121 @@ impl Init<'_> {
     }
 }
 
-/// `y = x W + b`, W stored `[d_in, d_out]`.
+/// `y = x W + b`, W stored `[d_in, d_out]`. A reparameterised linear layer (REFERENCE §3.1)
+/// uses `W = α_W W_init + β_W ΔW`: `weight` is then ΔW (trainable, zero-initialised) and
+/// `w_init` the fixed W_init (saved with the model, never trained).
 #[derive(Module, Debug)]
 pub struct Linear {
     pub weight: Param<Tensor<2>>,
     pub bias: Option<Param<Tensor<1>>>,
+    /// W_init of a reparameterised layer.
+    pub w_init: Option<Param<Tensor<2>>>,
+    /// Trained α_W and β_W (shape [1]); constant ones live in `gains`.
+    pub alpha: Option<Param<Tensor<1>>>,
+    pub beta: Option<Param<Tensor<1>>>,
+    /// α_W, β_W of a reparameterised layer.
+    #[module(skip)]
+    pub gains: [GainValue; 2],
 }
 
 impl Linear {
+    fn plain(weight: Param<Tensor<2>>, bias: Option<Param<Tensor<1>>>) -> Self {
+        Self {
+            weight,
+            bias,
+            w_init: None,
+            alpha: None,
+            beta: None,
+            gains: [GainValue::Constant(1.0); 2],
+        }
+    }
     /// Weight from the baseline stream.
     pub fn new(init: &mut Init, d_in: usize, d_out: usize, bias: bool) -> Self {
-        Self {
-            weight: init.normal([d_in, d_out]),
-            bias: bias.then(|| init.filled(0.0, [d_out])),
-        }
+        let weight = init.normal([d_in, d_out]);
+        Self::plain(weight, bias.then(|| init.filled(0.0, [d_out])))
     }
     /// Weight from the variant stream.
     pub fn new_extra(init: &mut Init, d_in: usize, d_out: usize, bias: bool) -> Self {
         let std = init.std;
+        let weight = init.normal_extra([d_in, d_out], std);
+        Self::plain(weight, bias.then(|| init.filled(0.0, [d_out])))
+    }
+    /// All-zero weight (a zero-initialised W_Q).
+    pub fn zeros(init: &Init, d_in: usize, d_out: usize, bias: bool) -> Self {
+        Self::plain(
+            init.filled(0.0, [d_in, d_out]),
+            bias.then(|| init.filled(0.0, [d_out])),
+        )
+    }
+    /// `W = α W_init + β ΔW` (d×d), W_init the identity or a random orthogonal matrix drawn
+    /// from the variant stream, ΔW = 0.
+    pub fn reparam(
+        init: &mut Init,
+        d: usize,
+        w_init: WInit,
+        alpha: Gain,
+        beta: Gain,
+        bias: bool,
+    ) -> Self {
+        let w0 = match w_init {
+            WInit::Identity => identity(d),
+            WInit::Orthogonal => orthogonal(&mut init.extra, d),
+        };
+        let (a, va) = gain_param(&alpha, init);
+        let (b, vb) = gain_param(&beta, init);
         Self {
-            weight: init.normal_extra([d_in, d_out], std),
-            bias: bias.then(|| init.filled(0.0, [d_out])),
+            weight: init.filled(0.0, [d, d]),
+            bias: bias.then(|| init.filled(0.0, [d])),
+            w_init: Some(init.constant(w0, [d, d])),
+            alpha: a,
+            beta: b,
+            gains: [va, vb],
+        }
+    }
+    /// The matrix the layer applies (α W_init + β ΔW when reparameterised).
+    pub fn matrix(&self) -> Tensor<2> {
+        match &self.w_init {
+            None => self.weight.val(),
+            Some(w0) => {
+                scale(w0.val(), &self.alpha, self.gains[0])
+                    + scale(self.weight.val(), &self.beta, self.gains[1])
+            }
         }
     }
     pub fn forward<const D: usize>(&self, x: Tensor<D>) -> Tensor<D> {
-        linear(x, self.weight.val(), self.bias.as_ref().map(|b| b.val()))
+        linear(x, self.matrix(), self.bias.as_ref().map(|b| b.val()))
     }
+}
+
+/// The d×d identity, row-major.
+pub fn identity(d: usize) -> Vec<f32> {
+    let mut w = vec![0f32; d * d];
+    (0..d).for_each(|i| w[i * d + i] = 1.0);
+    w
+}
+
+/// A random orthogonal d×d matrix: Gram–Schmidt (in f64, twice for accuracy) on the columns of
+/// a Gaussian draw, i.e. the Q of its QR decomposition with a positive diagonal of R (Haar).
+pub fn orthogonal(rng: &mut HostRng, d: usize) -> Vec<f32> {
+    let g: Vec<f64> = rng.normal(d * d, 1.0).into_iter().map(f64::from).collect();
+    let mut cols: Vec<Vec<f64>> = (0..d)
+        .map(|j| (0..d).map(|i| g[i * d + j]).collect())
+        .collect();
+    for j in 0..d {
+        for _ in 0..2 {
+            for k in 0..j {
+                let (done, rest) = cols.split_at_mut(j);
+                let (q, c) = (&done[k], &mut rest[0]);
+                let dot: f64 = q.iter().zip(c.iter()).map(|(a, b)| a * b).sum();
+                c.iter_mut().zip(q).for_each(|(x, qi)| *x -= dot * qi);
+            }
+        }
+        let norm = cols[j].iter().map(|v| v * v).sum::<f64>().sqrt();
+        cols[j].iter_mut().for_each(|v| *v /= norm);
+    }
+    (0..d * d)
+        .map(|idx| cols[idx % d][idx / d] as f32)
+        .collect()
 }
 
 /// Which normalisation a [`Norm`] computes.
@@ -147,8 +237,10 @@ pub struct Norm {
 }
 
 impl Norm {
-    pub fn new(cfg: &NormConfig, d: usize, init: &Init) -> Self {
-        match *cfg {
+    /// None for `kind = "none"`.
+    pub fn new(cfg: &NormConfig, d: usize, init: &Init) -> Option<Self> {
+        Some(match *cfg {
+            NormConfig::None {} => return None,
             NormConfig::RmsNorm { eps } => Self {
                 gain: init.filled(1.0, [d]),
                 bias: None,
@@ -161,7 +253,7 @@ impl Norm {
                 kind: NormKind::Layer,
                 eps,
             },
-        }
+        })
     }
 
     pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
@@ -206,7 +298,11 @@ pub struct Mlp {
 }
 
 impl Mlp {
-    fn new(cfg: &ModelConfig, init: &mut Init) -> Self {
+    /// None for `ffn = none`.
+    fn new(cfg: &ModelConfig, init: &mut Init) -> Option<Self> {
+        if cfg.ffn == (FfnConfig::None {}) {
+            return None;
+        }
         let (d, f, b) = (cfg.d_model, cfg.d_ff, cfg.bias);
         let gated = matches!(
             cfg.ffn,
@@ -215,12 +311,12 @@ impl Mlp {
         let w_gate = gated.then(|| Linear::new(init, d, f, b));
         let w_up = Linear::new(init, d, f, b);
         let w_down = Linear::new(init, f, d, b);
-        Self {
+        Some(Self {
             w_gate,
             w_up,
             w_down,
             kind: cfg.ffn,
-        }
+        })
     }
 
     pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
@@ -232,6 +328,7 @@ impl Mlp {
             FfnConfig::Swiglu {} => silu(gate(x.clone())) * self.w_up.forward(x),
             FfnConfig::Geglu {} => gelu(gate(x.clone())) * self.w_up.forward(x),
             FfnConfig::Reglu {} => relu(gate(x.clone())) * self.w_up.forward(x),
+            FfnConfig::None {} => unreachable!("no MLP is built for ffn = none"),
         }; // (B, T, f)
         self.w_down.forward(hidden) // (B, T, d)
     }
@@ -253,12 +350,34 @@ fn gain_param(g: &Gain, init: &Init) -> (Option<Param<Tensor<1>>>, GainValue) {
 }
 
 /// `g · x` for a gain that is a parameter (shape [1]) or a constant (1 costs nothing).
-fn scale(x: Tensor<3>, param: &Option<Param<Tensor<1>>>, value: GainValue) -> Tensor<3> {
+fn scale<const D: usize>(
+    x: Tensor<D>,
+    param: &Option<Param<Tensor<1>>>,
+    value: GainValue,
+) -> Tensor<D> {
     match (value, param) {
         (GainValue::Constant(1.0), _) => x,
         (GainValue::Constant(c), _) => x * c,
-        (GainValue::Trained, Some(p)) => x * p.val().unsqueeze::<3>(),
+        (GainValue::Trained, Some(p)) => x * p.val().unsqueeze::<D>(),
         (GainValue::Trained, None) => unreachable!("trained gain without a parameter"),
+    }
+}
+
+/// `Σ g_i x_i`, skipping terms whose gain is the constant 0 (skipless blocks).
+fn mix(terms: Vec<(Tensor<3>, &Option<Param<Tensor<1>>>, GainValue)>) -> Tensor<3> {
+    terms
+        .into_iter()
+        .filter(|(_, _, g)| *g != GainValue::Constant(0.0))
+        .map(|(x, p, g)| scale(x, p, g))
+        .reduce(|a, b| a + b)
+        .expect("a block with every gain fixed at 0 is rejected by validation")
+}
+
+/// `N(x)`, or x when the model has no norms.
+fn norm_or_id(n: &Option<Norm>, x: Tensor<3>) -> Tensor<3> {
+    match n {
+        Some(n) => n.forward(x),
+        None => x,
     }
 }
 
@@ -274,12 +393,13 @@ pub enum Wiring {
 #[derive(Module, Debug)]
 pub struct Block {
     /// Pre-norm: before attention; post-norm: after the attention residual; parallel: the one
-    /// norm both sub-blocks read.
-    pub norm1: Norm,
+    /// norm both sub-blocks read. Absent with `norm = none`.
+    pub norm1: Option<Norm>,
     pub attn: Attention,
-    /// Absent in the parallel block.
+    /// Absent in the parallel block, without an MLP and with `norm = none`.
     pub norm2: Option<Norm>,
-    pub mlp: Mlp,
+    /// Absent with `ffn = none`.
+    pub mlp: Option<Mlp>,
     /// Trained gains (shape [1]) of the general block; constant ones live in `gains`.
     pub alpha_sa: Option<Param<Tensor<1>>>,
     pub beta_sa: Option<Param<Tensor<1>>>,
@@ -293,12 +413,16 @@ pub struct Block {
 }
 
 impl Block {
-    fn new(cfg: &ModelConfig, init: &mut Init) -> Self {
+    fn new(cfg: &ModelConfig, init: &mut Init, layer: usize, spa: Option<&SpaLayer>) -> Self {
         let d = cfg.d_model;
         let norm1 = Norm::new(&cfg.norm, d, init);
-        let attn = Attention::new(cfg, init);
+        let attn = Attention::new(cfg, init, layer, spa);
         let mlp = Mlp::new(cfg, init);
         let one = Gain::default();
+        let zero = Gain {
+            init: 0.0,
+            trainable: false,
+        };
         let (wiring, g) = match &cfg.block {
             BlockConfig::PreNorm { gains } => (
                 Wiring::PreNorm,
@@ -309,8 +433,16 @@ impl Block {
                 Wiring::Parallel,
                 [gains.alpha, gains.beta_sa, one, gains.beta_ff],
             ),
+            BlockConfig::Sas { beta_ff } => (Wiring::PreNorm, [zero, one, one, *beta_ff]),
+            BlockConfig::SasP { beta_sa, beta_ff } => {
+                (Wiring::Parallel, [zero, *beta_sa, one, *beta_ff])
+            }
         };
-        let norm2 = (wiring != Wiring::Parallel).then(|| Norm::new(&cfg.norm, d, init));
+        let norm2 = if wiring != Wiring::Parallel && mlp.is_some() {
+            Norm::new(&cfg.norm, d, init)
+        } else {
+            None
+        };
         let [(a_sa, va), (b_sa, vb), (a_ff, vc), (b_ff, vd)] = g.map(|g| gain_param(&g, init));
         Self {
             norm1,
@@ -331,28 +463,33 @@ impl Block {
         match self.wiring {
             Wiring::PreNorm => {
                 // x̂ = α_SA x + β_SA Attn(N1(x));  out = α_FF x̂ + β_FF MLP(N2(x̂))
-                let a = self.attn.forward(self.norm1.forward(h.clone()), ctx, probe);
-                let h = scale(h, &self.alpha_sa, ga_sa) + scale(a, &self.beta_sa, gb_sa);
-                let n2 = self.norm2.as_ref().expect("pre-norm has norm2");
-                let m = self.mlp.forward(n2.forward(h.clone()));
-                scale(h, &self.alpha_ff, ga_ff) + scale(m, &self.beta_ff, gb_ff)
+                let a = self
+                    .attn
+                    .forward(norm_or_id(&self.norm1, h.clone()), ctx, probe);
+                let h = mix(vec![(h, &self.alpha_sa, ga_sa), (a, &self.beta_sa, gb_sa)]);
+                let Some(mlp) = &self.mlp else {
+                    return scale(h, &self.alpha_ff, ga_ff);
+                };
+                let m = mlp.forward(norm_or_id(&self.norm2, h.clone()));
+                mix(vec![(h, &self.alpha_ff, ga_ff), (m, &self.beta_ff, gb_ff)])
             }
             Wiring::PostNorm => {
                 // x = N1(x + Attn(x));  x = N2(x + MLP(x))
-                let h = self
-                    .norm1
-                    .forward(h.clone() + self.attn.forward(h, ctx, probe));
-                let n2 = self.norm2.as_ref().expect("post-norm has norm2");
-                n2.forward(h.clone() + self.mlp.forward(h))
+                let h = norm_or_id(&self.norm1, h.clone() + self.attn.forward(h, ctx, probe));
+                match &self.mlp {
+                    Some(mlp) => norm_or_id(&self.norm2, h.clone() + mlp.forward(h)),
+                    None => h,
+                }
             }
             Wiring::Parallel => {
                 // out = α x + β_SA Attn(N(x)) + β_FF MLP(N(x))
-                let u = self.norm1.forward(h.clone());
+                let u = norm_or_id(&self.norm1, h.clone());
                 let a = self.attn.forward(u.clone(), ctx, probe);
-                let m = self.mlp.forward(u);
-                scale(h, &self.alpha_sa, ga_sa)
-                    + scale(a, &self.beta_sa, gb_sa)
-                    + scale(m, &self.beta_ff, gb_ff)
+                let mut terms = vec![(h, &self.alpha_sa, ga_sa), (a, &self.beta_sa, gb_sa)];
+                if let Some(mlp) = &self.mlp {
+                    terms.push((mlp.forward(u), &self.beta_ff, gb_ff));
+                }
+                mix(terms)
             }
         } // (B, S, d)
     }
@@ -369,6 +506,8 @@ pub struct Lm {
     pub rel_bias: Option<Param<Tensor<2>>>,
     /// Learnable sink tokens (N, d), prepended to every sequence.
     pub sink_tokens: Option<Param<Tensor<2>>>,
+    /// Norm of the block-0 input (`model.input_norm`).
+    pub input_norm: Option<Norm>,
     pub blocks: Vec<Block>,
     /// Final norm (absent in post-norm models).
     pub norm_f: Option<Norm>,
@@ -392,8 +531,13 @@ impl Lm {
             device,
         };
         let embed = init.normal([vocab, d]);
+        let spa = match cfg.attention.spa {
+            crate::config::SpaConfig::None {} => Vec::new(),
+            spa => crate::signal::spa_layers(&spa, cfg.n_layers, cfg.ctx)
+                .expect("validated: every causal entry of A_l is positive"),
+        };
         let blocks: Vec<Block> = (0..cfg.n_layers)
-            .map(|_| Block::new(cfg, &mut init))
+            .map(|l| Block::new(cfg, &mut init, l, spa.get(l)))
             .collect();
         let head = match cfg.head {
             HeadKind::Untied => Some(Linear::new(&mut init, d, vocab, cfg.bias)),
@@ -401,10 +545,9 @@ impl Lm {
         };
         let norm_f = match cfg.block {
             BlockConfig::PostNorm {} => None,
-            BlockConfig::PreNorm { .. } | BlockConfig::Parallel { .. } => {
-                Some(Norm::new(&cfg.norm, d, &init))
-            }
+            _ => Norm::new(&cfg.norm, d, &init),
         };
+        let input_norm = cfg.input_norm.as_ref().and_then(|n| Norm::new(n, d, &init));
         let std = init.std;
         let pos_embed = matches!(cfg.positions, PositionsConfig::Learned {})
             .then(|| init.normal_extra([cfg.ctx, d], std));
@@ -421,6 +564,7 @@ impl Lm {
             pos_embed,
             rel_bias,
             sink_tokens,
+            input_norm,
             blocks,
             norm_f,
             head,
@@ -429,8 +573,9 @@ impl Lm {
         }
     }
 
-    /// Real-token hidden states after the last block, (B, T, d), recording probes if asked.
-    fn run(&self, tokens: Tensor<2, Int>, mut probe: Option<&mut Vec<LayerProbe>>) -> Tensor<3> {
+    /// The block-0 input (B, N+T, d) (embedding, absolute positions, sink tokens, input norm)
+    /// and the forward context for `t` real tokens.
+    fn input(&self, tokens: Tensor<2, Int>) -> (Tensor<3>, Ctx) {
         let [b, t] = tokens.dims();
         let n_sink = self.cfg.sink_tokens;
         let mut h = embedding(self.embed.val(), tokens); // (B, T, d)
@@ -445,13 +590,26 @@ impl Lm {
             let sinks = s.val().unsqueeze::<3>().expand([b, n_sink, d]); // (B, N, d)
             h = Tensor::cat(vec![sinks, h], 1); // (B, N+T, d)
         }
-        let ctx = Ctx::new(
+        h = norm_or_id(&self.input_norm, h);
+        let ctx = self.context(t, &h.device());
+        (h, ctx)
+    }
+
+    fn context(&self, t: usize, device: &Device) -> Ctx {
+        Ctx::new(
             &self.cfg,
             &self.tables,
             self.rel_bias.as_ref().map(|p| p.val()),
             t,
-            &h.device(),
-        );
+            device,
+        )
+    }
+
+    /// Real-token hidden states after the last block, (B, T, d), recording probes if asked.
+    fn run(&self, tokens: Tensor<2, Int>, mut probe: Option<&mut Vec<LayerProbe>>) -> Tensor<3> {
+        let t = tokens.dims()[1];
+        let n_sink = self.cfg.sink_tokens;
+        let (mut h, ctx) = self.input(tokens);
         for block in &self.blocks {
             let mut layer = probe.as_ref().map(|_| LayerProbe::default());
             h = block.forward(h, &ctx, layer.as_mut());
@@ -464,6 +622,37 @@ impl Lm {
             h = h.narrow(1, n_sink, t); // drop the sink tokens: (B, T, d)
         }
         h
+    }
+
+    /// The real-token representations entering block 0 and leaving every block: L + 1
+    /// tensors (B, T, d) (for `sinklab init-check`).
+    pub fn hidden_states(&self, tokens: Tensor<2, Int>) -> Vec<Tensor<3>> {
+        let t = tokens.dims()[1];
+        let n_sink = self.cfg.sink_tokens;
+        let (mut h, ctx) = self.input(tokens);
+        let mut out = vec![h.clone().narrow(1, n_sink, t)];
+        for block in &self.blocks {
+            h = block.forward(h, &ctx, None);
+            out.push(h.clone().narrow(1, n_sink, t));
+        }
+        out
+    }
+
+    /// Run the blocks on a given block-0 input (B, T, d), bypassing the embedding (a model
+    /// without sink tokens): the input and every block's output, L + 1 tensors. For
+    /// signal-propagation tests that start from a chosen token kernel.
+    pub fn propagate(&self, h0: Tensor<3>) -> Vec<Tensor<3>> {
+        assert_eq!(
+            self.cfg.sink_tokens, 0,
+            "propagate needs a model without sink tokens"
+        );
+        let ctx = self.context(h0.dims()[1], &h0.device());
+        let mut out = vec![h0];
+        for block in &self.blocks {
+            let h = block.forward(out.last().expect("input").clone(), &ctx, None);
+            out.push(h);
+        }
+        out
     }
 
     /// Logits (B, T, V) from real-token hidden states (B, T, d).

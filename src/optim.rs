@@ -86,11 +86,20 @@ impl PathStack {
 
 /// Every parameter as a host tensor, by name.
 pub fn export_params<M: Module>(module: &M) -> BTreeMap<String, HostTensor> {
-    struct V {
+    export_params_where(module, &|_| true)
+}
+
+/// The parameters whose name passes `keep`, as host tensors (only those are copied).
+pub fn export_params_where<M: Module>(
+    module: &M,
+    keep: &dyn Fn(&str) -> bool,
+) -> BTreeMap<String, HostTensor> {
+    struct V<'a> {
         path: PathStack,
         out: BTreeMap<String, HostTensor>,
+        keep: &'a dyn Fn(&str) -> bool,
     }
-    impl ModuleVisitor for V {
+    impl ModuleVisitor for V<'_> {
         fn enter_module(&mut self, name: &str, _: &str) {
             self.path.enter(name);
         }
@@ -98,6 +107,9 @@ pub fn export_params<M: Module>(module: &M) -> BTreeMap<String, HostTensor> {
             self.path.exit();
         }
         fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+            if !(self.keep)(&self.path.name()) {
+                return;
+            }
             let t = param.val();
             let shape = t.dims().to_vec();
             let data = t
@@ -112,6 +124,7 @@ pub fn export_params<M: Module>(module: &M) -> BTreeMap<String, HostTensor> {
     let mut v = V {
         path: PathStack::default(),
         out: BTreeMap::new(),
+        keep,
     };
     module.visit(&mut v);
     v.out

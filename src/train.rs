@@ -145,6 +145,41 @@ impl Recorder {
     }
 }
 
+/// Parameter-name suffixes of the scalar and per-head gains (REFERENCE §2–3).
+const GAIN_SUFFIXES: [&str; 11] = [
+    ".alpha_sa",
+    ".beta_sa",
+    ".alpha_ff",
+    ".beta_ff",
+    ".shape_alpha",
+    ".shape_beta",
+    ".shape_gamma",
+    ".wv.alpha",
+    ".wv.beta",
+    ".wo.alpha",
+    ".wo.beta",
+];
+
+/// Every gain of the model as TensorBoard scalars: `gains/blocks.3.beta_ff` for a scalar gain,
+/// `gains/blocks.3.attn.shape_alpha/h0` for head 0 of a per-head one. Constant gains (not
+/// parameters, or parameters that are never trained) are included once they are parameters.
+pub fn gain_scalars(model: &Lm) -> Vec<(String, f64)> {
+    let gains = optim::export_params_where(model, &|name| {
+        GAIN_SUFFIXES.iter().any(|s| name.ends_with(s))
+    });
+    let mut out = Vec::new();
+    for (name, t) in gains {
+        if t.data.len() == 1 {
+            out.push((format!("gains/{name}"), t.data[0] as f64));
+        } else {
+            for (h, v) in t.data.iter().enumerate() {
+                out.push((format!("gains/{name}/h{h}"), *v as f64));
+            }
+        }
+    }
+    out
+}
+
 /// Token ids and loss mask of a batch as device tensors.
 pub fn batch_tensors(b: &Batch, device: &Device) -> (Tensor<2, Int>, Tensor<2, Int>, Tensor<2>) {
     let shape = [b.batch, b.len];
@@ -490,7 +525,9 @@ pub fn train(
     let probe_all =
         |model: &Lm, step: u64, rec: &mut Recorder, summary: &mut TrainSummary| -> Result<()> {
             let report = probe_metrics(model, &probe, chunk, exp, &base_device);
-            rec.scalars(step, &report.scalars())?;
+            let mut scalars = report.scalars();
+            scalars.extend(gain_scalars(model));
+            rec.scalars(step, &scalars)?;
             rec.sink_map(step, &report)?;
             rec.flush()?;
             summary.last_sink1 = report.sink1();

@@ -6,7 +6,10 @@
 mod common;
 
 use common::*;
-use sinklab::config::{self, GateConfig, NormaliserConfig, SlotConfig};
+use sinklab::config::{
+    self, BlockConfig, Experiment, GateConfig, NormaliserConfig, ShapingConfig, SlotConfig,
+    SpaConfig, ValueOutputConfig,
+};
 use sinklab::train::{self, TrainOptions};
 use std::path::Path;
 
@@ -35,14 +38,21 @@ const TINY: &[&str] = &[
 #[test]
 fn every_zoo_variant_trains_writes_its_metrics_and_a_loadable_checkpoint() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut files: Vec<_> = std::fs::read_dir(root.join("experiments/zoo"))
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "toml"))
-        .collect();
-    files.sort();
-    assert!(files.len() >= 40, "{} zoo files", files.len());
+    let list = |dir: &str| -> Vec<std::path::PathBuf> {
+        let mut files: Vec<_> = std::fs::read_dir(root.join(dir))
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+            .collect();
+        files.sort();
+        files
+    };
+    let zoo = list("experiments/zoo");
+    let skipless = list("experiments/skipless");
+    assert!(zoo.len() >= 40, "{} zoo files", zoo.len());
+    assert!(skipless.len() >= 8, "{} skipless files", skipless.len());
+    let files: Vec<_> = zoo.into_iter().chain(skipless).collect();
     let dir = tempfile::tempdir().unwrap();
     let mut failures = Vec::new();
     for file in &files {
@@ -96,6 +106,8 @@ fn every_zoo_variant_trains_writes_its_metrics_and_a_loadable_checkpoint() {
         if a.gate != (GateConfig::None {}) {
             tags.push("attn/gate_mean/layer01".into());
         }
+        // Trained gains are logged under their parameter names.
+        tags.extend(gain_tags(&exp));
         for tag in &tags {
             let v = series(&run, tag);
             if v.iter().map(|x| x.0).collect::<Vec<_>>() != vec![0, 12, 24]
@@ -157,11 +169,59 @@ fn every_zoo_variant_trains_writes_its_metrics_and_a_loadable_checkpoint() {
             SlotConfig::VBias { .. } => &["blocks.0.attn.v_bias"],
             SlotConfig::MemoryKv { .. } => &["blocks.0.attn.mem_k", "blocks.0.attn.mem_v"],
         };
+        let mut want: Vec<&str> = want.to_vec();
+        if a.spa != (SpaConfig::None {}) {
+            want.extend(["blocks.1.attn.spa_bias", "blocks.1.attn.spa_scale"]);
+        }
+        if let ValueOutputConfig::Reparam { .. } = a.value_output {
+            want.extend(["blocks.1.attn.wv.w_init", "blocks.1.attn.wo.w_init"]);
+        }
+        if let ValueOutputConfig::Identity { .. } = a.value_output {
+            want.push("blocks.0.attn.wv.w_init");
+            for absent in ["blocks.1.attn.wv.weight", "blocks.0.attn.wo.weight"] {
+                if ours.contains_key(absent) {
+                    failures.push(format!("{name}: {absent} should not exist (identity)"));
+                }
+            }
+        }
         for w in want {
-            if !ours.contains_key(*w) {
+            if !ours.contains_key(w) {
                 failures.push(format!("{name}: checkpoint lacks {w}"));
             }
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// TensorBoard tags of a few of the trained gains an experiment has (layer 1 of 2).
+fn gain_tags(exp: &Experiment) -> Vec<String> {
+    let a = &exp.model.attention;
+    let mut tags = Vec::new();
+    let trained_ff = match &exp.model.block {
+        BlockConfig::PreNorm { gains } => gains.beta_ff.trainable,
+        BlockConfig::Parallel { gains } => gains.beta_ff.trainable,
+        BlockConfig::Sas { beta_ff } | BlockConfig::SasP { beta_ff, .. } => beta_ff.trainable,
+        BlockConfig::PostNorm {} => false,
+    };
+    if trained_ff {
+        tags.push("gains/blocks.1.beta_ff".to_string());
+    }
+    match a.shaping {
+        ShapingConfig::ValueSkipinit {
+            trainable: true, ..
+        } => tags.push("gains/blocks.1.attn.shape_beta/h3".into()),
+        ShapingConfig::Shaped {
+            trainable: true, ..
+        } => tags.push("gains/blocks.1.attn.shape_gamma/h3".into()),
+        _ => {}
+    }
+    if let ValueOutputConfig::Reparam { alpha, beta, .. } = a.value_output {
+        if alpha.trainable {
+            tags.push("gains/blocks.1.attn.wv.alpha".into());
+        }
+        if beta.trainable {
+            tags.push("gains/blocks.1.attn.wo.beta".into());
+        }
+    }
+    tags
 }
