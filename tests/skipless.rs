@@ -5,6 +5,8 @@
 //! The target kernels are written out again here from the formulas, so the kernel tests do not
 //! trust `sinklab::signal`: an attention-only stack is checked against Σ_l directly.
 
+mod common;
+
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use sinklab::checkpoint::HostTensor;
 use sinklab::config::{self, DecayPolicy, Experiment};
@@ -346,14 +348,7 @@ fn impossible_skipless_combinations_are_refused_with_reasons() {
 #[test]
 fn gradients_reach_every_trainable_parameter_and_never_a_constant() {
     let dev = device().autodiff();
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments/skipless");
-    let mut files: Vec<_> = std::fs::read_dir(&root)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|x| x == "toml"))
-        .collect();
-    files.sort();
+    let files = common::experiment_files("experiments/skipless");
     assert!(files.len() >= 8);
     let shrink = [
         "model.d_model=16",

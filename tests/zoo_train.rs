@@ -37,19 +37,8 @@ const TINY: &[&str] = &[
 
 #[test]
 fn every_zoo_variant_trains_writes_its_metrics_and_a_loadable_checkpoint() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let list = |dir: &str| -> Vec<std::path::PathBuf> {
-        let mut files: Vec<_> = std::fs::read_dir(root.join(dir))
-            .unwrap()
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| p.extension().is_some_and(|x| x == "toml"))
-            .collect();
-        files.sort();
-        files
-    };
-    let zoo = list("experiments/zoo");
-    let skipless = list("experiments/skipless");
+    let zoo = experiment_files("experiments/zoo");
+    let skipless = experiment_files("experiments/skipless");
     assert!(zoo.len() >= 40, "{} zoo files", zoo.len());
     assert!(skipless.len() >= 8, "{} skipless files", skipless.len());
     let files: Vec<_> = zoo.into_iter().chain(skipless).collect();

@@ -111,3 +111,16 @@ pub fn series(run_dir: &Path, tag: &str) -> Vec<(u64, f64)> {
         .filter_map(|(s, m)| m.get(tag).and_then(|v| v.as_f64()).map(|v| (s, v)))
         .collect()
 }
+
+/// The `*.toml` files of a directory under the repository root (e.g. `experiments/zoo`), sorted.
+pub fn experiment_files(dir: &str) -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
+    let mut files: Vec<_> = std::fs::read_dir(&root)
+        .unwrap_or_else(|e| panic!("{}: {e}", root.display()))
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+        .collect();
+    files.sort();
+    files
+}
