@@ -11,7 +11,6 @@ use sinklab::config::{
     SpaConfig, ValueOutputConfig,
 };
 use sinklab::train::{self, TrainOptions};
-use std::path::Path;
 
 const TINY: &[&str] = &[
     "model.d_model=32",
