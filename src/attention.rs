@@ -49,6 +49,8 @@ use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
 pub struct LayerProbe {
     /// Attention weights before the row scale, (B, H, S, C): C = slot columns + S.
     pub attn: Option<Tensor<4>>,
+    /// Queries of the real tokens after positional rotation (B, H, T, d_h).
+    pub queries: Option<Tensor<4>>,
     /// Keys of the real tokens after positional rotation (B, H, T, d_h).
     pub keys: Option<Tensor<4>>,
     /// Values of the real tokens (B, H, T, d_h).
@@ -155,22 +157,31 @@ impl PositionTables {
 }
 
 /// Per-forward context shared by all layers: masks and position terms for this length.
+///
+/// The keys are S = N sink tokens + T real tokens; the queries are the rows `q_start..S` of
+/// that sequence (all of them in a full forward, the newly appended tokens when decoding with a
+/// [`LayerKv`] cache). Positions are sequence (cache-local) indices.
 pub struct Ctx {
-    /// RoPE cos, sin (1, 1, S, r/2) and r.
-    rope: Option<(Tensor<4>, Tensor<4>, usize)>,
-    /// True where a query may NOT see a key: (1, 1, S, C) with C = slot columns + S.
+    /// RoPE cos, sin (1, 1, Q, r/2) of the query rows, the same (1, 1, S, r/2) of the keys, r.
+    rope: Option<(Tensor<4>, Tensor<4>, Tensor<4>, Tensor<4>, usize)>,
+    /// True where a query may NOT see a key: (1, 1, Q, C) with C = slot columns + S.
     hidden: Tensor<4, Bool>,
-    /// Additive logit bias (1, H, S, C) (ALiBi or T5 buckets; 0 on slot columns).
+    /// Additive logit bias (1, H, Q, C) (ALiBi or T5 buckets; 0 on slot columns).
     bias: Option<Tensor<4>>,
     fused: bool,
     /// Sink tokens at the front of the sequence.
     sink_tokens: usize,
-    /// Identity I and uniform attention C over the visible keys, (1, 1, S, S): shaping only.
+    /// First query row.
+    q_start: usize,
+    /// Keys kept by a cache: `(front, back)` entries of the sequence (sink tokens included in
+    /// `front`) when the cache evicts, applied to each layer's cache after appending.
+    pub keep: Option<(usize, usize)>,
+    /// Identity I and uniform attention C over the visible keys, (1, 1, Q, S): shaping only.
     shaping: Option<(Tensor<4>, Tensor<4>)>,
 }
 
 impl Ctx {
-    /// For `t` real tokens (plus the configured sink tokens).
+    /// For `t` real tokens (plus the configured sink tokens), every row a query.
     pub fn new(
         cfg: &ModelConfig,
         tables: &PositionTables,
@@ -178,8 +189,23 @@ impl Ctx {
         t: usize,
         device: &Device,
     ) -> Self {
+        Self::rows(cfg, tables, rel_bias, t, 0, device)
+    }
+
+    /// For `t` real tokens (plus the configured sink tokens) as keys and the sequence rows
+    /// `q_start..N+t` as queries.
+    pub fn rows(
+        cfg: &ModelConfig,
+        tables: &PositionTables,
+        rel_bias: Option<Tensor<2>>,
+        t: usize,
+        q_start: usize,
+        device: &Device,
+    ) -> Self {
         let n = cfg.sink_tokens;
         let s = n + t;
+        assert!(q_start < s, "at least one query row");
+        let nq = s - q_start;
         let a = &cfg.attention;
         let slots = a.slot.slot_columns();
         let c = slots + s;
@@ -198,24 +224,24 @@ impl Ctx {
                 (false, false) => mask.allows(qi - n, kj - n),
             }
         };
-        let hidden: Vec<bool> = (0..s)
+        let hidden: Vec<bool> = (q_start..s)
             .flat_map(|qi| (0..c).map(move |kj| !visible(qi, kj)))
             .collect();
         let hidden =
-            Tensor::<2, Bool>::from_data(TensorData::new(hidden, [s, c]), device).unsqueeze::<4>(); // (1, 1, S, C)
+            Tensor::<2, Bool>::from_data(TensorData::new(hidden, [nq, c]), device).unsqueeze::<4>(); // (1, 1, Q, C)
         let h = cfg.n_heads;
         let bias = match (&cfg.positions, &tables.alibi, rel_bias) {
             (_, Some(slopes), _) => {
-                let mut b = vec![0f32; h * s * c];
+                let mut b = vec![0f32; h * nq * c];
                 for (hi, m) in slopes.iter().enumerate() {
-                    for qi in 0..s {
+                    for (row, qi) in (q_start..s).enumerate() {
                         for kj in 0..s {
                             let dist = (qi as f64 - kj as f64).abs();
-                            b[(hi * s + qi) * c + slots + kj] = (-m * dist) as f32;
+                            b[(hi * nq + row) * c + slots + kj] = (-m * dist) as f32;
                         }
                     }
                 }
-                Some(Tensor::<3>::from_data(TensorData::new(b, [h, s, c]), device).unsqueeze())
+                Some(Tensor::<3>::from_data(TensorData::new(b, [h, nq, c]), device).unsqueeze())
             }
             (
                 PositionsConfig::Relative {
@@ -225,41 +251,47 @@ impl Ctx {
                 _,
                 Some(table),
             ) => {
-                let idx: Vec<i64> = (0..s)
+                let idx: Vec<i64> = (q_start..s)
                     .flat_map(|qi| {
                         (0..s).map(move |kj| t5_bucket(qi, kj, *buckets, *max_distance) as i64)
                     })
                     .collect();
-                let idx = Tensor::<2, Int>::from_data(TensorData::new(idx, [1, s * s]), device);
-                let b = embedding(table, idx) // (1, S·S, H)
-                    .reshape([s, s, h])
-                    .permute([2, 0, 1]); // (H, S, S)
+                let idx = Tensor::<2, Int>::from_data(TensorData::new(idx, [1, nq * s]), device);
+                let b = embedding(table, idx) // (1, Q·S, H)
+                    .reshape([nq, s, h])
+                    .permute([2, 0, 1]); // (H, Q, S)
                 let b = if slots > 0 {
-                    Tensor::cat(vec![Tensor::zeros([h, s, slots], device), b], 2)
+                    Tensor::cat(vec![Tensor::zeros([h, nq, slots], device), b], 2)
                 } else {
                     b
                 };
-                Some(b.unsqueeze::<4>()) // (1, H, S, C)
+                Some(b.unsqueeze::<4>()) // (1, H, Q, C)
             }
             _ => None,
         };
         let rope = tables.rope.as_ref().map(|(cos, sin, r)| {
-            let four = |x: &Tensor<2>| x.clone().slice(0..s).unsqueeze::<4>(); // (1, 1, S, r/2)
-            (four(cos), four(sin), *r)
+            let four = |x: &Tensor<2>, from: usize| x.clone().slice(from..s).unsqueeze::<4>(); // (1, 1, ·, r/2)
+            (
+                four(cos, q_start),
+                four(sin, q_start),
+                four(cos, 0),
+                four(sin, 0),
+                *r,
+            )
         });
         // Shaping is only allowed without slots and sink tokens (validated), so C = S.
         let shaping = (a.shaping != (ShapingConfig::None {})).then(|| {
-            let mut eye = vec![0f32; s * s];
-            let mut uniform = vec![0f32; s * s];
-            for qi in 0..s {
-                eye[qi * s + qi] = 1.0;
+            let mut eye = vec![0f32; nq * s];
+            let mut uniform = vec![0f32; nq * s];
+            for (row, qi) in (q_start..s).enumerate() {
+                eye[row * s + qi] = 1.0;
                 let seen: Vec<usize> = (0..s).filter(|&kj| visible(qi, kj)).collect();
                 for kj in &seen {
-                    uniform[qi * s + kj] = 1.0 / seen.len() as f32;
+                    uniform[row * s + kj] = 1.0 / seen.len() as f32;
                 }
             }
             let four = |x: Vec<f32>| {
-                Tensor::<2>::from_data(TensorData::new(x, [s, s]), device).unsqueeze::<4>()
+                Tensor::<2>::from_data(TensorData::new(x, [nq, s]), device).unsqueeze::<4>()
             };
             (four(eye), four(uniform))
         });
@@ -267,10 +299,55 @@ impl Ctx {
             rope,
             hidden,
             bias,
-            fused: a.kernel == AttentionKernel::Fused,
+            fused: a.kernel == AttentionKernel::Fused && q_start == 0,
             sink_tokens: n,
+            q_start,
+            keep: None,
             shaping,
         }
+    }
+}
+
+/// One layer's key/value cache for decoding: keys before positional rotation (they are
+/// rotated with their current cache-local positions at every step) and values, (B, H, M, d_h).
+#[derive(Debug, Clone, Default)]
+pub struct LayerKv {
+    pub keys: Option<Tensor<4>>,
+    pub values: Option<Tensor<4>>,
+}
+
+impl LayerKv {
+    /// Append new keys and values, evict down to `keep = (front, back)` entries if given, and
+    /// return the whole cache.
+    fn update(
+        &mut self,
+        k: Tensor<4>,
+        v: Tensor<4>,
+        keep: Option<(usize, usize)>,
+    ) -> (Tensor<4>, Tensor<4>) {
+        let join = |old: Option<Tensor<4>>, new: Tensor<4>| {
+            let all = match old {
+                Some(o) => Tensor::cat(vec![o, new], 2),
+                None => new,
+            };
+            let m = all.dims()[2];
+            match keep {
+                Some((front, back)) if m > front + back => {
+                    let mut parts = Vec::with_capacity(2);
+                    if front > 0 {
+                        parts.push(all.clone().narrow(2, 0, front));
+                    }
+                    parts.push(all.narrow(2, m - back, back));
+                    Tensor::cat(parts, 2)
+                }
+                _ => all,
+            }
+        };
+        let k = join(self.keys.take(), k);
+        let v = join(self.values.take(), v);
+        self.keys = Some(k.clone());
+        self.values = Some(v.clone());
+        (k, v)
     }
 }
 
@@ -640,26 +717,36 @@ impl Attention {
         }
     }
 
-    /// (B, S, d) → (B, S, d).
+    /// (B, Q, d) → (B, Q, d) for the query rows of `ctx`. Without a cache the input is the
+    /// whole sequence (Q = S); with one it is the Q new tokens, whose keys and values are
+    /// appended to `cache` (evicted per `ctx.keep`) and attended together with the cached ones.
     pub fn forward(
         &self,
         u: Tensor<3>,
         ctx: &Ctx,
         mut probe: Option<&mut LayerProbe>,
+        cache: Option<&mut LayerKv>,
     ) -> Tensor<3> {
-        let [b, s, d] = u.dims();
+        let [b, nq, d] = u.dims();
         let h = self.spec.n_heads;
         let dh = d / h;
-        let mut q = self.heads(u.clone(), Some(&self.wq)); // (B, H, S, d_h)
-        let mut k = self.heads(u.clone(), Some(&self.wk));
+        let mut q = self.heads(u.clone(), Some(&self.wq)); // (B, H, Q, d_h)
+        let k = self.heads(u.clone(), Some(&self.wk));
         let v = self.heads(u.clone(), self.wv.as_ref());
-        if let Some((cos, sin, r)) = &ctx.rope {
-            q = rope(q, cos, sin, *r);
-            k = rope(k, cos, sin, *r);
+        let (mut k, v) = match cache {
+            Some(c) => c.update(k, v, ctx.keep), // (B, H, S, d_h), keys unrotated
+            None => (k, v),
+        };
+        let s = k.dims()[2];
+        debug_assert_eq!(s - ctx.q_start, nq, "query rows match the context");
+        if let Some((cos_q, sin_q, cos_k, sin_k, r)) = &ctx.rope {
+            q = rope(q, cos_q, sin_q, *r);
+            k = rope(k, cos_k, sin_k, *r);
         }
         if let Some(p) = probe.as_deref_mut() {
             let t = s - ctx.sink_tokens;
-            p.keys = Some(k.clone().narrow(2, ctx.sink_tokens, t)); // (B, H, T, d_h)
+            p.queries = Some(q.clone().narrow(2, ctx.sink_tokens, t)); // (B, H, T, d_h)
+            p.keys = Some(k.clone().narrow(2, ctx.sink_tokens, t));
             p.values = Some(v.clone().narrow(2, ctx.sink_tokens, t));
             p.sink_tokens = ctx.sink_tokens;
         }
@@ -677,20 +764,21 @@ impl Attention {
                 Some((ks, vs)) => (Tensor::cat(vec![ks, k], 2), Tensor::cat(vec![vs, v], 2)),
                 None => (k, v),
             }; // (B, H, M+S, d_h)
-            // Scale q (B, H, S, d_h) rather than the (B, H, S, C) scores: same maths, fewer flops.
-            let mut scores = (q / (dh as f64).sqrt()).matmul(k_all.swap_dims(2, 3)); // (B, H, S, M+S)
+            // Scale q (B, H, Q, d_h) rather than the (B, H, Q, C) scores: same maths, fewer flops.
+            let mut scores = (q / (dh as f64).sqrt()).matmul(k_all.swap_dims(2, 3)); // (B, H, Q, M+S)
             if let Some(z) = &self.sink_logit {
-                let z = z.val().reshape([1, h, 1, 1]).expand([b, h, s, 1]);
-                scores = Tensor::cat(vec![z, scores], 3); // (B, H, S, C): the sink column first
+                let z = z.val().reshape([1, h, 1, 1]).expand([b, h, nq, 1]);
+                scores = Tensor::cat(vec![z, scores], 3); // (B, H, Q, C): the sink column first
             }
             if let Some(bias) = &ctx.bias {
                 scores = scores + bias.clone();
             }
             if let Some(g) = &self.spa_bias {
-                scores = scores + g.val().slice([0..s, 0..s]).unsqueeze::<4>(); // + Γ_l (1, 1, S, S)
+                // + Γ_l (1, 1, Q, S)
+                scores = scores + g.val().slice([ctx.q_start..s, 0..s]).unsqueeze::<4>();
             }
             let c = scores.dims()[3];
-            let w = self.normalise(scores, ctx.hidden.clone().expand([b, h, s, c])); // (B, H, S, C)
+            let w = self.normalise(scores, ctx.hidden.clone().expand([b, h, nq, c])); // (B, H, Q, C)
             if let Some(p) = probe.as_deref_mut() {
                 p.attn = Some(w.clone());
                 p.slot_cols = c - s;
@@ -701,7 +789,7 @@ impl Attention {
                 w
             };
             let w = match &self.spa_scale {
-                Some(dl) => w * dl.val().slice(0..s).reshape([1, 1, s, 1]), // D_l A
+                Some(dl) => w * dl.val().slice(ctx.q_start..s).reshape([1, 1, nq, 1]), // D_l A
                 None => w,
             };
             let w = self.shape(w, ctx);
@@ -710,7 +798,7 @@ impl Attention {
             } else {
                 w
             };
-            w.matmul(v_all) // (B, H, S, d_h)
+            w.matmul(v_all) // (B, H, Q, d_h)
         };
         if let Some(vb) = &self.v_bias {
             out = out + vb.val().unsqueeze_dim::<3>(1).unsqueeze::<4>(); // + (1, H|1, 1, d_h)
@@ -718,15 +806,15 @@ impl Attention {
         if let Some(g) = &self.gate {
             let gv = sigmoid(g.forward(u)); // (B, S, H) or (B, S, d)
             let g4 = match self.spec.gate {
-                GateConfig::Headwise {} => gv.clone().swap_dims(1, 2).unsqueeze_dim::<4>(3), // (B, H, S, 1)
-                _ => gv.clone().reshape([b, s, h, dh]).swap_dims(1, 2), // (B, H, S, d_h)
+                GateConfig::Headwise {} => gv.clone().swap_dims(1, 2).unsqueeze_dim::<4>(3), // (B, H, Q, 1)
+                _ => gv.clone().reshape([b, nq, h, dh]).swap_dims(1, 2), // (B, H, Q, d_h)
             };
             out = out * g4;
             if let Some(p) = probe {
                 p.gate = Some(gv);
             }
         }
-        let out = out.swap_dims(1, 2).reshape([b, s, d]); // (B, S, d): heads concatenated
+        let out = out.swap_dims(1, 2).reshape([b, nq, d]); // (B, Q, d): heads concatenated
         match &self.wo {
             Some(wo) => wo.forward(out),
             None => out,

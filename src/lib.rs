@@ -7,16 +7,20 @@
 //! construction, token-kernel statistics), `train` (the loop), `checkpoint` (atomic files,
 //! safetensors), `tensorboard` (event-file writer), `backend` (devices, provenance), `bench`.
 
+pub mod analyze;
 pub mod attention;
 pub mod backend;
 pub mod bench;
 pub mod checkpoint;
 pub mod config;
+pub mod dark;
 pub mod data;
+pub mod generate;
 pub mod metrics;
 pub mod model;
 pub mod optim;
 pub mod parallel;
+pub mod plot;
 pub mod signal;
 pub mod tensorboard;
 pub mod tokenizer;

@@ -1,6 +1,6 @@
 //! The `sinklab` command line.
 
-use anyhow::{Context, Result, anyhow};
+use anyhow::{Result, anyhow};
 
 /// mimalloc keeps freed tensor buffers mapped, which removes most page-fault time from the
 /// training loop (glibc malloc returns large buffers to the OS every step).
@@ -8,7 +8,7 @@ use anyhow::{Context, Result, anyhow};
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use clap::{Parser, Subcommand};
 use sinklab::config::{self, DeviceKind, Experiment, TokenizerConfig};
-use sinklab::{backend, bench, data, train};
+use sinklab::{analyze, backend, bench, data, generate, train};
 use std::path::{Path, PathBuf};
 
 #[derive(Parser)]
@@ -89,6 +89,139 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Look inside a checkpoint: Sink_k^eps on natural / random / repeated-token probes, slot
+    /// masses, first-token importance heat map, attention maps, attention bars, activations
+    /// (norms, massive channels, key/value norms) and the q·k angle/norm decomposition. Writes
+    /// analysis.json and PNG plots (default RUN/analysis/step_N/).
+    Analyze {
+        /// A run directory (its newest checkpoint is used) or runs/NAME/checkpoints/step_N.
+        checkpoint: PathBuf,
+        #[command(flatten)]
+        common: AnalysisArgs,
+        /// Probe sequences per kind.
+        #[arg(long, default_value_t = 100)]
+        sequences: usize,
+        /// Probe length T (capped at model.ctx).
+        #[arg(long, default_value_t = 64)]
+        len: usize,
+        /// Thresholds ε of the Sink_k^ε table (comma-separated).
+        #[arg(long, value_delimiter = ',', default_value = "0.2,0.3,0.4,0.5,0.8")]
+        eps: Vec<f64>,
+        /// Largest k of the Sink_k^ε table.
+        #[arg(long, default_value_t = 10)]
+        k_max: usize,
+        /// Attention maps to draw as LAYER:HEAD (repeatable, 0-based; default: per layer the
+        /// head with the highest first-token importance).
+        #[arg(long = "map", value_name = "LAYER:HEAD")]
+        maps: Vec<String>,
+        /// Text for the attention maps (default: the first natural probe sequence).
+        #[arg(long)]
+        map_text: Option<String>,
+        /// Attention bar: mean received attention must exceed this.
+        #[arg(long, default_value_t = 0.2)]
+        bar_mean: f64,
+        /// Attention bar: standard deviation of received attention must be below this.
+        #[arg(long, default_value_t = 0.1)]
+        bar_std: f64,
+        /// Attention bar: at least this many later queries must see the key.
+        #[arg(long, default_value_t = 8)]
+        bar_min_queries: usize,
+        /// W_U bands for the dark ratio of attention-bar tokens.
+        #[arg(long, default_value_t = 20)]
+        bands: usize,
+    },
+    /// Dark signals (Cancedda 2024): SVD bands of W_U and W_E, band energy of the residual
+    /// stream (first token vs rest), head/MLP write weights on the bands, and spectral filters
+    /// Φ (bands 1..k), Ω (1..k + dark) and Ψ (remove dark-for-both) with ΔNLL and Sink1, against a
+    /// random-orthonormal-basis control. Writes dark.json and PNG plots.
+    Dark {
+        /// A run directory (its newest checkpoint is used) or runs/NAME/checkpoints/step_N.
+        checkpoint: PathBuf,
+        #[command(flatten)]
+        common: AnalysisArgs,
+        /// Number of bands (the last one is the dark band).
+        #[arg(long, default_value_t = 20)]
+        bands: usize,
+        /// Block input(s) to filter: `all` or comma-separated 0..=L (L = before the final norm).
+        #[arg(long, default_value = "all")]
+        layer: String,
+        /// Values of k to sweep (comma-separated; default 1..=bands).
+        #[arg(long, value_delimiter = ',')]
+        k: Vec<usize>,
+        /// Ψ removes principal directions of the two dark bands with cosine ≥ this.
+        #[arg(long, default_value_t = 0.7)]
+        both_cos: f64,
+        /// Validation sequences for ΔNLL (default: train.eval_sequences).
+        #[arg(long)]
+        sequences: Option<usize>,
+        /// Probe sequences for Sink1 under each filter.
+        #[arg(long, default_value_t = 32)]
+        probe_sequences: usize,
+        /// Probe length for Sink1 and the band energies.
+        #[arg(long, default_value_t = 64)]
+        probe_len: usize,
+    },
+    /// Sample a continuation with a KV cache (temperature, top-k).
+    Generate {
+        /// A run directory (its newest checkpoint is used) or runs/NAME/checkpoints/step_N.
+        checkpoint: PathBuf,
+        /// Prompt text (BOS is prepended when the run trains with BOS).
+        #[arg(long)]
+        prompt: String,
+        /// Tokens to generate.
+        #[arg(long, default_value_t = 100)]
+        tokens: usize,
+        /// Sampling temperature (0 = greedy).
+        #[arg(long, default_value_t = 0.8)]
+        temperature: f64,
+        /// Sample from the k most likely tokens (0 = all).
+        #[arg(long, default_value_t = 40)]
+        top_k: usize,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Keep the first S prompt tokens when the cache is full (StreamingLLM sinks).
+        #[arg(long, default_value_t = 4)]
+        sinks: usize,
+        /// Most recent tokens kept once the cache is full (default: model.ctx − sinks);
+        /// generation can then run past the training context.
+        #[arg(long)]
+        window: Option<usize>,
+        /// Backend device (default: the run's).
+        #[arg(long)]
+        device: Option<String>,
+    },
+    /// StreamingLLM evaluation: token-by-token perplexity of a text longer than the context
+    /// with a cache of the first S plus the last W tokens (keys re-rotated in cache
+    /// coordinates), against dense attention within the context, window only (S = 0), one sink
+    /// (S = 1) and a sliding window with re-computation. Writes stream.json and stream_ppl.png.
+    StreamEval {
+        /// A run directory (its newest checkpoint is used) or runs/NAME/checkpoints/step_N.
+        checkpoint: PathBuf,
+        /// Initial tokens kept (attention sinks).
+        #[arg(long, default_value_t = 4)]
+        sinks: usize,
+        /// Recent tokens kept (default: model.ctx / 2 − sinks).
+        #[arg(long)]
+        window: Option<usize>,
+        /// Tokens of text to evaluate (default: 4 × model.ctx) from the validation split.
+        #[arg(long)]
+        tokens: Option<usize>,
+        /// Evaluate this text file instead of the validation split.
+        #[arg(long)]
+        text: Option<PathBuf>,
+        /// Windows per forward for the re-computation reference.
+        #[arg(long, default_value_t = 16)]
+        batch: usize,
+        /// Output directory (default RUN/analysis/step_N/).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Also write the perplexities and the plot to the run's TensorBoard.
+        #[arg(long)]
+        tensorboard: bool,
+        /// Backend device (default: the run's).
+        #[arg(long)]
+        device: Option<String>,
+    },
     /// Signal propagation at init: build the model, push validation sequences through it and
     /// report every layer's token kernel (mean off-diagonal cosine: 1 = rank collapse; diagonal
     /// scale ‖x‖²/d; for U-SPA / E-SPA the distance to the target Σ_l and the smallest entry of
@@ -130,6 +263,41 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+}
+
+/// Options shared by `analyze` and `dark`.
+#[derive(clap::Args, Clone)]
+struct AnalysisArgs {
+    /// Output directory (default RUN/analysis/step_N/).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Also write scalars and plots to the run's TensorBoard (at the checkpoint's step).
+    #[arg(long)]
+    tensorboard: bool,
+    /// Seed of the random probes / random basis.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Backend device (default: the run's).
+    #[arg(long)]
+    device: Option<String>,
+}
+
+fn device_arg(device: &Option<String>) -> Result<Option<DeviceKind>> {
+    device
+        .as_ref()
+        .map(|d| {
+            DeviceKind::parse(d).ok_or_else(|| {
+                anyhow!(
+                    "--device {d}: unknown device; valid: {}",
+                    DeviceKind::ALL.join(", ")
+                )
+            })
+        })
+        .transpose()
+}
+
+fn open(path: &Path, device: &Option<String>) -> Result<train::OpenRun> {
+    train::open_run(path, device_arg(device)?, &mut |m| eprintln!("{m}"))
 }
 
 fn load(path: &Path, overrides: &Overrides) -> Result<Experiment> {
@@ -209,34 +377,15 @@ fn real_main() -> Result<()> {
             }
         }
         Cmd::Eval { path, device, json } => {
-            let dev_kind = match &device {
-                Some(d) => Some(DeviceKind::parse(d).ok_or_else(|| {
-                    anyhow!(
-                        "--device {d}: unknown device; valid: {}",
-                        DeviceKind::ALL.join(", ")
-                    )
-                })?),
-                None => None,
-            };
-            // Read the run's config first to pick the device.
-            let (run_dir0, _) = train::locate_checkpoint(&path)?;
-            let text =
-                std::fs::read_to_string(run_dir0.join("resolved.toml")).with_context(|| {
-                    format!(
-                        "{}: no resolved.toml (not a sinklab run directory)",
-                        run_dir0.display()
-                    )
-                })?;
-            let exp0 = config::from_str("resolved.toml", &text)?;
-            let device = backend::device(dev_kind.unwrap_or(exp0.run.device))?;
-            let (exp, model, run_dir, state) = train::load_checkpoint(&path, &device)?;
-            // A relative cache directory is relative to where training ran; from elsewhere the
-            // shards are rebuilt (deterministically) next to the run instead.
-            let mut d = exp.data.clone();
-            if !d.cache_dir.is_absolute() && !d.cache_dir.exists() {
-                d.cache_dir = run_dir.join("_cache");
-            }
-            let ds = data::Dataset::prepare(&d, &mut |m| eprintln!("{m}"))?;
+            let train::OpenRun {
+                exp,
+                model,
+                run_dir,
+                state,
+                data: ds,
+                device,
+                ..
+            } = open(&path, &device)?;
             let mut val =
                 data::validation_batch(&ds, exp.train.eval_sequences, exp.model.ctx, exp.data.bos)?;
             data::ignore_first_targets(&mut val, exp.model.attention.mask.ignored_targets());
@@ -308,6 +457,148 @@ fn real_main() -> Result<()> {
                     );
                 }
             }
+        }
+        Cmd::Analyze {
+            checkpoint,
+            common,
+            sequences,
+            len,
+            eps,
+            k_max,
+            maps,
+            map_text,
+            bar_mean,
+            bar_std,
+            bar_min_queries,
+            bands,
+        } => {
+            let maps = maps
+                .iter()
+                .map(|m| {
+                    m.split_once(':')
+                        .and_then(|(l, h)| Some((l.parse().ok()?, h.parse().ok()?)))
+                        .ok_or_else(|| anyhow!("--map {m}: expected LAYER:HEAD, e.g. 2:0"))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let run = open(&checkpoint, &common.device)?;
+            let o = analyze::AnalyzeOptions {
+                sequences,
+                len,
+                eps,
+                k_max,
+                maps,
+                map_text,
+                bar_mean,
+                bar_std,
+                bar_min_queries,
+                bands,
+                out: common.out,
+                tensorboard: common.tensorboard,
+                seed: common.seed,
+            };
+            analyze::analyze(&run, &o, &mut |m| eprintln!("{m}"))?;
+        }
+        Cmd::Dark {
+            checkpoint,
+            common,
+            bands,
+            layer,
+            k,
+            both_cos,
+            sequences,
+            probe_sequences,
+            probe_len,
+        } => {
+            let layers = if layer == "all" {
+                None
+            } else {
+                Some(
+                    layer
+                        .split(',')
+                        .map(|x| {
+                            x.trim().parse::<usize>().map_err(|_| {
+                                anyhow!("--layer {layer}: expected `all` or comma-separated block inputs such as 2 or 0,3")
+                            })
+                        })
+                        .collect::<Result<Vec<_>>>()?,
+                )
+            };
+            let run = open(&checkpoint, &common.device)?;
+            let o = analyze::DarkOptions {
+                bands,
+                layers,
+                ks: k,
+                both_cos,
+                sequences,
+                probe_sequences,
+                probe_len,
+                out: common.out,
+                tensorboard: common.tensorboard,
+                seed: common.seed,
+            };
+            analyze::dark(&run, &o, &mut |m| eprintln!("{m}"))?;
+        }
+        Cmd::Generate {
+            checkpoint,
+            prompt,
+            tokens,
+            temperature,
+            top_k,
+            seed,
+            sinks,
+            window,
+            device,
+        } => {
+            let run = open(&checkpoint, &device)?;
+            let ctx = run.exp.model.ctx;
+            let window = window.unwrap_or(ctx.saturating_sub(sinks));
+            let mut ids = Vec::new();
+            if run.exp.data.bos {
+                ids.push(run.data.tokenizer.bos_id);
+            }
+            ids.extend(run.data.tokenizer.encode(&prompt)?);
+            if ids.len() > window {
+                return Err(anyhow!(
+                    "the prompt is {} tokens, more than the cache window {window} (model.ctx = {ctx})",
+                    ids.len()
+                ));
+            }
+            let policy = sinklab::model::CachePolicy {
+                sinks,
+                window: Some(window),
+            };
+            let sampling = generate::Sampling {
+                temperature,
+                top_k,
+                seed,
+            };
+            let model = burn::module::Module::valid(&run.model);
+            let out = generate::generate(&model, &ids, tokens, &sampling, policy, &run.device)?;
+            println!("{prompt}{}", run.data.tokenizer.decode(&out)?);
+        }
+        Cmd::StreamEval {
+            checkpoint,
+            sinks,
+            window,
+            tokens,
+            text,
+            batch,
+            out,
+            tensorboard,
+            device,
+        } => {
+            let run = open(&checkpoint, &device)?;
+            let ctx = run.exp.model.ctx;
+            let o = generate::StreamOptions {
+                sinks,
+                window: window.unwrap_or((ctx / 2).saturating_sub(sinks)),
+                tokens: tokens.unwrap_or(4 * ctx),
+                text,
+                batch,
+                out,
+                tensorboard,
+            };
+            generate::stream_eval(&run, &o, &mut |m| eprintln!("{m}"))?;
         }
         Cmd::InitCheck {
             experiment,

@@ -299,6 +299,8 @@ pub struct LayerArrays {
     pub attn: Array,
     /// Mass on slots and sink tokens (B, H, T), if the model has any.
     pub slot_mass: Option<Array>,
+    /// Queries (B, H, T, d_h) after positional rotation, when recorded.
+    pub queries: Option<Array>,
     pub keys: Array,
     pub values: Array,
     pub hidden: Array,
@@ -529,6 +531,7 @@ mod tests {
             attn: tiny(),
             slot_mass: None,
             gate_mean: None,
+            queries: None,
             keys: Array::new(vec![1, 2, 3, 1], vec![3.0, 1.0, 1.0, 4.0, 1.0, 1.0]),
             values: Array::new(vec![1, 2, 3, 1], vec![0.0; 6]),
             hidden: Array::new(vec![1, 3, 2], vec![1.0; 6]),

@@ -22,9 +22,10 @@
 //! baseline's weights are drawn first, in a fixed order, and every variant-specific parameter
 //! from a second stream, so two variants of one seed share all the weights they have in common.
 
-use crate::attention::{Attention, Ctx, LayerProbe, PositionTables};
+use crate::attention::{Attention, Ctx, LayerKv, LayerProbe, PositionTables};
 use crate::config::{
-    BlockConfig, FfnConfig, Gain, HeadKind, ModelConfig, NormConfig, PositionsConfig, WInit,
+    BlockConfig, FfnConfig, Gain, HeadKind, MaskConfig, ModelConfig, NormConfig, PositionsConfig,
+    WInit,
 };
 use crate::signal::SpaLayer;
 use burn::module::{Module, Param};
@@ -458,14 +459,20 @@ impl Block {
         }
     }
 
-    fn forward(&self, h: Tensor<3>, ctx: &Ctx, probe: Option<&mut LayerProbe>) -> Tensor<3> {
+    fn forward(
+        &self,
+        h: Tensor<3>,
+        ctx: &Ctx,
+        probe: Option<&mut LayerProbe>,
+        cache: Option<&mut LayerKv>,
+    ) -> Tensor<3> {
         let [ga_sa, gb_sa, ga_ff, gb_ff] = self.gains;
         match self.wiring {
             Wiring::PreNorm => {
                 // x̂ = α_SA x + β_SA Attn(N1(x));  out = α_FF x̂ + β_FF MLP(N2(x̂))
                 let a = self
                     .attn
-                    .forward(norm_or_id(&self.norm1, h.clone()), ctx, probe);
+                    .forward(norm_or_id(&self.norm1, h.clone()), ctx, probe, cache);
                 let h = mix(vec![(h, &self.alpha_sa, ga_sa), (a, &self.beta_sa, gb_sa)]);
                 let Some(mlp) = &self.mlp else {
                     return scale(h, &self.alpha_ff, ga_ff);
@@ -475,7 +482,10 @@ impl Block {
             }
             Wiring::PostNorm => {
                 // x = N1(x + Attn(x));  x = N2(x + MLP(x))
-                let h = norm_or_id(&self.norm1, h.clone() + self.attn.forward(h, ctx, probe));
+                let h = norm_or_id(
+                    &self.norm1,
+                    h.clone() + self.attn.forward(h, ctx, probe, cache),
+                );
                 match &self.mlp {
                     Some(mlp) => norm_or_id(&self.norm2, h.clone() + mlp.forward(h)),
                     None => h,
@@ -484,7 +494,7 @@ impl Block {
             Wiring::Parallel => {
                 // out = α x + β_SA Attn(N(x)) + β_FF MLP(N(x))
                 let u = norm_or_id(&self.norm1, h.clone());
-                let a = self.attn.forward(u.clone(), ctx, probe);
+                let a = self.attn.forward(u.clone(), ctx, probe, cache);
                 let mut terms = vec![(h, &self.alpha_sa, ga_sa), (a, &self.beta_sa, gb_sa)];
                 if let Some(mlp) = &self.mlp {
                     terms.push((mlp.forward(u), &self.beta_ff, gb_ff));
@@ -605,19 +615,31 @@ impl Lm {
         )
     }
 
-    /// Real-token hidden states after the last block, (B, T, d), recording probes if asked.
-    fn run(&self, tokens: Tensor<2, Int>, mut probe: Option<&mut Vec<LayerProbe>>) -> Tensor<3> {
+    /// Real-token hidden states after the last block, (B, T, d), recording probes if asked and
+    /// applying a residual-stream filter if given.
+    fn run(
+        &self,
+        tokens: Tensor<2, Int>,
+        mut probe: Option<&mut Vec<LayerProbe>>,
+        filter: Option<&StreamFilter>,
+    ) -> Tensor<3> {
         let t = tokens.dims()[1];
         let n_sink = self.cfg.sink_tokens;
         let (mut h, ctx) = self.input(tokens);
-        for block in &self.blocks {
+        let apply = |l: usize, h: Tensor<3>| match filter {
+            Some(f) if f.layers.contains(&l) => h.matmul(f.matrix.clone().unsqueeze::<3>()),
+            _ => h,
+        };
+        for (l, block) in self.blocks.iter().enumerate() {
+            h = apply(l, h);
             let mut layer = probe.as_ref().map(|_| LayerProbe::default());
-            h = block.forward(h, &ctx, layer.as_mut());
+            h = block.forward(h, &ctx, layer.as_mut(), None);
             if let (Some(p), Some(mut layer)) = (probe.as_deref_mut(), layer) {
                 layer.hidden = Some(h.clone().narrow(1, n_sink, t)); // (B, T, d)
                 p.push(layer);
             }
         }
+        h = apply(self.blocks.len(), h);
         if n_sink > 0 {
             h = h.narrow(1, n_sink, t); // drop the sink tokens: (B, T, d)
         }
@@ -632,7 +654,7 @@ impl Lm {
         let (mut h, ctx) = self.input(tokens);
         let mut out = vec![h.clone().narrow(1, n_sink, t)];
         for block in &self.blocks {
-            h = block.forward(h, &ctx, None);
+            h = block.forward(h, &ctx, None, None);
             out.push(h.clone().narrow(1, n_sink, t));
         }
         out
@@ -649,7 +671,7 @@ impl Lm {
         let ctx = self.context(h0.dims()[1], &h0.device());
         let mut out = vec![h0];
         for block in &self.blocks {
-            let h = block.forward(out.last().expect("input").clone(), &ctx, None);
+            let h = block.forward(out.last().expect("input").clone(), &ctx, None, None);
             out.push(h);
         }
         out
@@ -669,15 +691,172 @@ impl Lm {
 
     /// Logits (B, T, V) for token ids (B, T).
     pub fn forward(&self, tokens: Tensor<2, Int>) -> Tensor<3> {
-        let h = self.run(tokens, None);
+        let h = self.run(tokens, None, None);
         self.logits(h)
     }
 
-    /// Logits plus every layer's attention weights, keys, values, gates and block output.
-    pub fn forward_probe(&self, tokens: Tensor<2, Int>) -> (Tensor<3>, Vec<LayerProbe>) {
+    /// Logits with `filter` applied to the residual stream (dark-signal experiments).
+    pub fn forward_filtered(&self, tokens: Tensor<2, Int>, filter: &StreamFilter) -> Tensor<3> {
+        let h = self.run(tokens, None, Some(filter));
+        self.logits(h)
+    }
+
+    /// Logits plus every layer's attention weights, queries, keys, values, gates and block
+    /// output, with an optional residual-stream filter.
+    pub fn forward_probe_filtered(
+        &self,
+        tokens: Tensor<2, Int>,
+        filter: Option<&StreamFilter>,
+    ) -> (Tensor<3>, Vec<LayerProbe>) {
         let mut probe = Vec::with_capacity(self.blocks.len());
-        let h = self.run(tokens, Some(&mut probe));
+        let h = self.run(tokens, Some(&mut probe), filter);
         (self.logits(h), probe)
+    }
+
+    /// Logits plus every layer's attention weights, queries, keys, values, gates and block
+    /// output.
+    pub fn forward_probe(&self, tokens: Tensor<2, Int>) -> (Tensor<3>, Vec<LayerProbe>) {
+        self.forward_probe_filtered(tokens, None)
+    }
+
+    /// An empty key/value cache for [`Lm::forward_cached`]. Refuses masks that token-by-token
+    /// decoding cannot reproduce (a bidirectional prefix) and caches larger than the training
+    /// context (positions past `model.ctx` are not defined for every position scheme).
+    pub fn cache(&self, policy: CachePolicy) -> anyhow::Result<KvCache> {
+        if let MaskConfig::Prefix { p } = self.cfg.attention.mask {
+            anyhow::bail!(
+                "model.attention.mask = prefix (p = {p}) is bidirectional inside the prefix, so \
+                 token-by-token decoding with a KV cache does not reproduce it; cached decoding \
+                 supports the causal, sliding_window and sinks_window masks"
+            );
+        }
+        if let Some(w) = policy.window
+            && (w == 0 || policy.sinks + w > self.cfg.ctx)
+        {
+            anyhow::bail!(
+                "cache of {} sink tokens + a window of {w}: need a window ≥ 1 and sinks + \
+                 window ≤ model.ctx = {} (positions past the training context are not defined)",
+                policy.sinks,
+                self.cfg.ctx
+            );
+        }
+        Ok(KvCache {
+            layers: vec![LayerKv::default(); self.blocks.len()],
+            real: 0,
+            started: false,
+            policy,
+        })
+    }
+
+    /// Logits (B, n, V) for `n` new tokens (B, n) given everything already in `cache`, which is
+    /// then updated. Keys are cached before RoPE and rotated with their cache-local positions
+    /// at every call; ALiBi, T5 buckets, absolute positions, masks and U-SPA / E-SPA terms all
+    /// use cache-local positions (StreamingLLM, REFERENCE §6). The model's own sink tokens
+    /// and slots are part of the model and always stay in the cache. With no eviction this
+    /// equals [`Lm::forward`] on the whole sequence.
+    pub fn forward_cached(
+        &self,
+        tokens: Tensor<2, Int>,
+        cache: &mut KvCache,
+    ) -> anyhow::Result<Tensor<3>> {
+        let [b, n] = tokens.dims();
+        let n_sink = self.cfg.sink_tokens;
+        let policy = cache.policy;
+        let total = cache.real + n;
+        let cap = policy.window.map(|w| policy.sinks + w);
+        let kept = cap.map_or(total, |c| total.min(c));
+        if let Some(w) = policy.window
+            && n > w
+        {
+            anyhow::bail!("{n} new tokens do not fit a window of {w}");
+        }
+        if kept > self.cfg.ctx {
+            anyhow::bail!(
+                "the cache would hold {kept} tokens but model.ctx = {}: positions past the \
+                 training context are not defined (use a window)",
+                self.cfg.ctx
+            );
+        }
+        let device = tokens.device();
+        let mut h = embedding(self.embed.val(), tokens); // (B, n, d)
+        if let Some(pe) = &self.tables.sinusoidal {
+            h = h + pe.clone().slice(kept - n..kept).unsqueeze::<3>();
+        }
+        if let Some(pe) = &self.pos_embed {
+            h = h + pe.val().slice(kept - n..kept).unsqueeze::<3>();
+        }
+        let first = !cache.started;
+        if first && let Some(s) = &self.sink_tokens {
+            let sinks = s
+                .val()
+                .unsqueeze::<3>()
+                .expand([b, n_sink, self.cfg.d_model]);
+            h = Tensor::cat(vec![sinks, h], 1); // (B, N+n, d)
+        }
+        h = norm_or_id(&self.input_norm, h);
+        let q_start = if first { 0 } else { n_sink + kept - n };
+        let mut ctx = Ctx::rows(
+            &self.cfg,
+            &self.tables,
+            self.rel_bias.as_ref().map(|p| p.val()),
+            kept,
+            q_start,
+            &device,
+        );
+        ctx.keep = policy.window.map(|w| (n_sink + policy.sinks, w));
+        for (block, layer) in self.blocks.iter().zip(cache.layers.iter_mut()) {
+            h = block.forward(h, &ctx, None, Some(layer));
+        }
+        cache.real = kept;
+        cache.started = true;
+        if first && n_sink > 0 {
+            h = h.narrow(1, n_sink, n);
+        }
+        Ok(self.logits(h))
+    }
+}
+
+/// A linear map applied to the residual stream entering the given blocks (`h ← h M`); layer
+/// `L` (the number of blocks) is the input of the final norm and unembedding.
+pub struct StreamFilter {
+    pub layers: Vec<usize>,
+    /// (d, d).
+    pub matrix: Tensor<2>,
+}
+
+/// Which tokens a decoding cache keeps (StreamingLLM): the first `sinks` real tokens and the
+/// most recent `window` ones (the current token included); everything when `window` is None.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CachePolicy {
+    pub sinks: usize,
+    pub window: Option<usize>,
+}
+
+impl CachePolicy {
+    /// Keep every token (dense attention, bounded by `model.ctx`).
+    pub const DENSE: CachePolicy = CachePolicy {
+        sinks: 0,
+        window: None,
+    };
+}
+
+/// Per-layer key/value caches of one decoding stream (see [`Lm::forward_cached`]).
+pub struct KvCache {
+    layers: Vec<LayerKv>,
+    /// Real tokens currently cached.
+    real: usize,
+    /// Whether the model's sink tokens are in the cache yet.
+    started: bool,
+    policy: CachePolicy,
+}
+
+impl KvCache {
+    /// Real tokens currently cached.
+    pub fn len(&self) -> usize {
+        self.real
+    }
+    pub fn is_empty(&self) -> bool {
+        self.real == 0
     }
 }
 

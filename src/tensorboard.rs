@@ -682,6 +682,24 @@ impl EventWriter {
         self.write_values(step, &[encode_value(tag, &kind)])
     }
 
+    /// Writes an already-encoded RGB PNG of `width × height` pixels (e.g. a plot).
+    pub fn add_png(
+        &mut self,
+        tag: &str,
+        step: i64,
+        width: usize,
+        height: usize,
+        png: Vec<u8>,
+    ) -> io::Result<()> {
+        let kind = ValueKind::Image {
+            height: height as i32,
+            width: width as i32,
+            colorspace: 3,
+            png,
+        };
+        self.write_values(step, &[encode_value(tag, &kind)])
+    }
+
     /// Writes an 8-bit grayscale image as PNG. `pixels` is row-major: `height` rows (top to
     /// bottom) of `width` bytes each (`pixels.len() == width * height`).
     pub fn add_image_gray(

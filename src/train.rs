@@ -13,7 +13,7 @@
 
 use crate::backend::{self, Provenance};
 use crate::checkpoint::{self, HostTensor};
-use crate::config::{self, Experiment};
+use crate::config::{self, DeviceKind, Experiment};
 use crate::data::{self, Batch, Dataset, Sampler};
 use crate::metrics::{Array, LayerArrays, Proxy, SinkReport, split_attention};
 use crate::model::{self, Lm};
@@ -239,6 +239,17 @@ pub fn gradients(
 
 /// Mean next-token loss of a fixed batch, without gradients, in chunks of `chunk` sequences.
 pub fn eval_loss(model: &Lm, batch: &Batch, chunk: usize, device: &Device) -> f64 {
+    eval_loss_filtered(model, batch, chunk, device, None)
+}
+
+/// [`eval_loss`] with a residual-stream filter applied (dark-signal experiments).
+pub fn eval_loss_filtered(
+    model: &Lm,
+    batch: &Batch,
+    chunk: usize,
+    device: &Device,
+    filter: Option<&model::StreamFilter>,
+) -> f64 {
     let model = model.valid();
     let denom: f64 = batch.loss_mask.iter().map(|&m| m as f64).sum();
     let mut total = 0.0;
@@ -246,22 +257,15 @@ pub fn eval_loss(model: &Lm, batch: &Batch, chunk: usize, device: &Device) -> f6
     while from < batch.batch {
         let to = (from + chunk).min(batch.batch);
         let (x, y, m) = batch_tensors(&slice_batch(batch, from, to), device);
-        let loss = model::masked_nll(model.forward(x), y, m, denom);
+        let logits = match filter {
+            Some(f) => model.forward_filtered(x, f),
+            None => model.forward(x),
+        };
+        let loss = model::masked_nll(logits, y, m, denom);
         total += loss.into_scalar::<f32>() as f64;
         from = to;
     }
     total
-}
-
-fn to_array<const D: usize>(t: Tensor<D>) -> Array {
-    let shape = t.dims().to_vec();
-    Array::new(
-        shape,
-        t.into_data()
-            .convert::<f32>()
-            .try_into_vec::<f32>()
-            .expect("f32"),
-    )
 }
 
 fn concat_arrays(parts: Vec<Array>) -> Array {
@@ -279,13 +283,30 @@ pub fn probe_metrics(
     exp: &Experiment,
     device: &Device,
 ) -> SinkReport {
+    let proxy = Proxy::for_normaliser(&exp.model.attention.normaliser);
+    let layers = probe_layers(model, probe, chunk, proxy, device, None, false);
+    SinkReport::compute(&layers, &exp.metrics.eps, exp.metrics.k_max)
+}
+
+/// Host copies of every layer's probe tensors for a batch (attention through `proxy`, split
+/// into real-token attention and slot mass), with an optional residual-stream filter; queries
+/// only when `queries` is set.
+pub fn probe_layers(
+    model: &Lm,
+    probe: &Batch,
+    chunk: usize,
+    proxy: Proxy,
+    device: &Device,
+    filter: Option<&model::StreamFilter>,
+    queries: bool,
+) -> Vec<LayerArrays> {
     let model = model.valid();
     let n_layers = model.blocks.len();
-    let proxy = Proxy::for_normaliser(&exp.model.attention.normaliser);
     #[derive(Default)]
     struct Acc {
         attn: Vec<Array>,
         mass: Vec<Array>,
+        queries: Vec<Array>,
         keys: Vec<Array>,
         values: Vec<Array>,
         hidden: Vec<Array>,
@@ -297,13 +318,16 @@ pub fn probe_metrics(
     while from < probe.batch {
         let to = (from + chunk).min(probe.batch);
         let (x, _, _) = batch_tensors(&slice_batch(probe, from, to), device);
-        let (_, layers) = model.forward_probe(x);
+        let (_, layers) = model.forward_probe_filtered(x, filter);
         for (acc, p) in per_layer.iter_mut().zip(layers) {
             let w = to_array(p.attn.expect("the probe path records attention weights"));
             has_slots |= p.slot_cols + p.sink_tokens > 0;
             let (attn, mass) = split_attention(&w, p.slot_cols, p.sink_tokens, proxy);
             acc.attn.push(attn);
             acc.mass.push(mass);
+            if queries {
+                acc.queries.push(to_array(p.queries.expect("queries")));
+            }
             acc.keys.push(to_array(p.keys.expect("keys")));
             acc.values.push(to_array(p.values.expect("values")));
             acc.hidden.push(to_array(p.hidden.expect("hidden")));
@@ -315,18 +339,30 @@ pub fn probe_metrics(
         }
         from = to;
     }
-    let layers: Vec<LayerArrays> = per_layer
+    per_layer
         .into_iter()
         .map(|acc| LayerArrays {
             attn: concat_arrays(acc.attn),
             slot_mass: has_slots.then(|| concat_arrays(acc.mass)),
+            queries: queries.then(|| concat_arrays(acc.queries)),
             keys: concat_arrays(acc.keys),
             values: concat_arrays(acc.values),
             hidden: concat_arrays(acc.hidden),
             gate_mean: (acc.gate.1 > 0).then(|| acc.gate.0 / acc.gate.1 as f64),
         })
-        .collect();
-    SinkReport::compute(&layers, &exp.metrics.eps, exp.metrics.k_max)
+        .collect()
+}
+
+/// A device tensor's host copy.
+pub fn to_array<const D: usize>(t: Tensor<D>) -> Array {
+    let shape = t.dims().to_vec();
+    Array::new(
+        shape,
+        t.into_data()
+            .convert::<f32>()
+            .try_into_vec::<f32>()
+            .expect("f32"),
+    )
 }
 
 /// sha256 of the resolved config text: a checkpoint only resumes the run it belongs to.
@@ -374,6 +410,66 @@ pub fn load_checkpoint(
     let model =
         optim::import_params(model, &weights).map_err(|e| anyhow!("{}: {e}", ckpt.display()))?;
     Ok((exp, model, run_dir, state))
+}
+
+/// A progress bar on stderr for `total` units of `what` (hidden when stderr is not a terminal).
+pub fn progress_bar(total: u64, what: &str) -> indicatif::ProgressBar {
+    let b = indicatif::ProgressBar::new(total);
+    b.set_style(
+        indicatif::ProgressStyle::with_template(&format!(
+            "{{spinner}} {what} {{pos}}/{{len}} [{{bar:30}}] eta {{eta}}"
+        ))
+        .expect("template")
+        .progress_chars("=> "),
+    );
+    b
+}
+
+/// A trained run opened for analysis: its config, model, data and device.
+pub struct OpenRun {
+    pub exp: Experiment,
+    pub model: Lm,
+    pub run_dir: PathBuf,
+    pub checkpoint: PathBuf,
+    pub state: CheckpointState,
+    pub data: data::Dataset,
+    pub device: Device,
+}
+
+/// Open a run directory (newest checkpoint) or checkpoint directory on `device` (default: the
+/// run's own device), and prepare its data. A relative data cache directory is relative to
+/// where training ran; from elsewhere the shards are rebuilt (deterministically) next to the
+/// run instead.
+pub fn open_run(
+    path: &Path,
+    device: Option<DeviceKind>,
+    log: &mut dyn FnMut(&str),
+) -> Result<OpenRun> {
+    let (run_dir0, ckpt) = locate_checkpoint(path)?;
+    let resolved = run_dir0.join("resolved.toml");
+    let text = std::fs::read_to_string(&resolved).with_context(|| {
+        format!(
+            "{}: no resolved.toml (not a sinklab run directory)",
+            run_dir0.display()
+        )
+    })?;
+    let exp0 = config::from_str(&resolved.display().to_string(), &text)?;
+    let device = backend::device(device.unwrap_or(exp0.run.device))?;
+    let (exp, model, run_dir, state) = load_checkpoint(&ckpt, &device)?;
+    let mut d = exp.data.clone();
+    if !d.cache_dir.is_absolute() && !d.cache_dir.exists() {
+        d.cache_dir = run_dir.join("_cache");
+    }
+    let data = data::Dataset::prepare(&d, log)?;
+    Ok(OpenRun {
+        exp,
+        model,
+        run_dir,
+        checkpoint: ckpt,
+        state,
+        data,
+        device,
+    })
 }
 
 /// Train an experiment end to end.

@@ -126,7 +126,17 @@ fn unsupported_device_is_a_clear_error() {
 fn help_names_every_command() {
     let (code, out, _) = sinklab(&["--help"]);
     assert_eq!(code, 0);
-    for c in ["train", "check", "eval", "bench"] {
+    for c in [
+        "train",
+        "check",
+        "eval",
+        "bench",
+        "init-check",
+        "analyze",
+        "dark",
+        "generate",
+        "stream-eval",
+    ] {
         assert!(out.contains(c), "{out}");
     }
     let (code, out, _) = sinklab(&["train", "--help"]);

@@ -126,6 +126,7 @@ fn every_metric_matches_numpy_on_every_case() {
         let t = attn[0].shape[2];
         let layers: Vec<LayerArrays> = (0..attn.len())
             .map(|l| LayerArrays {
+                queries: None,
                 attn: attn[l].clone(),
                 slot_mass: slot_mass.as_ref().map(|m| m[l].clone()),
                 gate_mean: gate_mean[l],
