@@ -55,6 +55,26 @@ pub fn device(kind: DeviceKind) -> Result<Device> {
     }
 }
 
+/// The devices of a data-parallel run: `n` GPUs of `kind` (device 0 first; it holds the
+/// weights and the optimizer state).
+pub fn devices(kind: DeviceKind, n: usize) -> Result<Vec<Device>> {
+    if n <= 1 {
+        return Ok(vec![device(kind)?]);
+    }
+    device(kind)?; // reports a missing cargo feature
+    match kind {
+        DeviceKind::Flex => bail!("run.devices = {n} needs a GPU device (cuda or wgpu)"),
+        #[cfg(feature = "cuda")]
+        DeviceKind::Cuda => Ok((0..n).map(Device::cuda).collect()),
+        #[cfg(feature = "wgpu")]
+        DeviceKind::Wgpu => Ok((0..n)
+            .map(|i| Device::wgpu(burn::tensor::DeviceKind::DiscreteGpu(i)))
+            .collect()),
+        #[allow(unreachable_patterns)]
+        _ => unreachable!("device() has already refused a backend that is not compiled in"),
+    }
+}
+
 /// Where a run came from: written to `provenance.json` before step 0.
 #[derive(Debug, Serialize)]
 pub struct Provenance {

@@ -49,6 +49,15 @@ pub struct RunConfig {
     /// Backend device: `flex` (CPU), `wgpu`, `cuda` (each needs its cargo feature).
     #[serde(default)]
     pub device: DeviceKind,
+    /// Data parallelism over this many GPUs of `device` (cuda: devices 0..N; wgpu: discrete
+    /// GPUs 0..N): each takes its share of the micro-batches, gradients are summed on device 0.
+    /// The CPU backend already spreads micro-batches over every core, so `flex` needs 1.
+    #[serde(default = "default_devices")]
+    pub devices: usize,
+}
+
+fn default_devices() -> usize {
+    1
 }
 
 fn default_name() -> String {
@@ -65,6 +74,7 @@ impl Default for RunConfig {
             out_dir: default_out_dir(),
             seed: 0,
             device: DeviceKind::default(),
+            devices: 1,
         }
     }
 }
@@ -1410,7 +1420,17 @@ pub fn load(path: &Path, overrides: &[String]) -> Result<Experiment, ConfigError
     if !errors.is_empty() {
         return Err(ConfigErrors(errors));
     }
-    let exp = deserialize_all(&file, table)?;
+    from_table(&file, table)
+}
+
+/// An experiment file merged with its base chain, before deserialization (for sweeps).
+pub fn load_table(path: &Path) -> Result<toml::Table, ConfigErrors> {
+    load_merged(path, &mut Vec::new()).map_err(|e| ConfigErrors(vec![e]))
+}
+
+/// Deserialize and validate a merged experiment table; errors name `file`.
+pub fn from_table(file: &str, table: toml::Table) -> Result<Experiment, ConfigErrors> {
+    let exp = deserialize_all(file, table)?;
     let problems = exp.validate();
     if problems.is_empty() {
         Ok(exp)
@@ -1419,7 +1439,7 @@ pub fn load(path: &Path, overrides: &[String]) -> Result<Experiment, ConfigError
             problems
                 .into_iter()
                 .map(|(path, message)| ConfigError {
-                    file: file.clone(),
+                    file: file.to_string(),
                     path,
                     message,
                 })
@@ -1508,6 +1528,18 @@ impl Experiment {
         let t = &self.train;
         let mt = &self.metrics;
 
+        if self.run.devices == 0 {
+            bad("run.devices", "found 0, expected ≥ 1".into());
+        } else if self.run.devices > 1 && self.run.device == DeviceKind::Flex {
+            bad(
+                "run.devices",
+                format!(
+                    "found {} with device = \"flex\": the CPU backend already runs micro-batches on \
+                     every core; use 1, or device = \"cuda\" / \"wgpu\" for several GPUs",
+                    self.run.devices
+                ),
+            );
+        }
         if self.run.name.is_empty()
             || self
                 .run

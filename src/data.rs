@@ -471,6 +471,40 @@ impl Sampler {
     }
 }
 
+impl Sampler {
+    /// Give a fixed (validation) batch the training sequences' token changes: the fixed token at
+    /// its position and uniformly random tokens at `data.random_tokens` (drawn from a constant
+    /// seed, so the probe set is the same at every step and in every run). Sink metrics are then
+    /// measured on the distribution the model was trained on (Gu et al. measure the sink of a
+    /// fixed-token run on sequences that carry the token). Positions count from 1 over the
+    /// sequence including BOS, as in training; the changed tokens' targets keep their weight,
+    /// since probes compute no loss.
+    pub fn apply_token_changes(&self, b: &mut Batch) {
+        if self.random_positions.is_empty() && self.fixed.is_none() {
+            return;
+        }
+        let mut rng = ChaCha8Rng::seed_from_u64(0x0005_1E4B_9A0B_E5E7);
+        let len = b.len;
+        for row in 0..b.batch {
+            let mut set = |p: usize, tok: u32| {
+                // index p-1 of the full sequence: input p-1 and target p-2
+                if p - 1 < len {
+                    b.inputs[row * len + p - 1] = tok;
+                }
+                if p >= 2 && p - 2 < len {
+                    b.targets[row * len + p - 2] = tok;
+                }
+            };
+            for &p in &self.random_positions {
+                set(p, rng.gen_range(self.regular_range.0..self.regular_range.1));
+            }
+            if let Some((p, tok)) = self.fixed {
+                set(p, tok);
+            }
+        }
+    }
+}
+
 /// Zero the loss weight of the first `n` targets of every sequence (a prefix-LM's queries see
 /// those tokens bidirectionally, so predicting them is trivial).
 pub fn ignore_first_targets(b: &mut Batch, n: usize) {
@@ -647,6 +681,51 @@ mod tests {
                     .all(|&t| t < 60 || t == data.tokenizer.bos_id)
             );
         }
+    }
+
+    #[test]
+    fn probe_batches_get_the_training_token_changes() {
+        let data = toy_dataset();
+        let cfg = DataConfig {
+            bos: false,
+            random_tokens: vec![1],
+            fixed_token: Some(FixedToken {
+                position: 3,
+                token: 77,
+            }),
+            ..DataConfig::default()
+        };
+        let s = Sampler::new(&data, &cfg, 10, 5).unwrap();
+        let natural = validation_batch(&data, 6, 10, false).unwrap();
+        let mut a = natural.clone();
+        s.apply_token_changes(&mut a);
+        let mut firsts = std::collections::HashSet::new();
+        for r in 0..6 {
+            let (x, y) = (&a.inputs[r * 10..][..10], &a.targets[r * 10..][..10]);
+            let (nx, ny) = (
+                &natural.inputs[r * 10..][..10],
+                &natural.targets[r * 10..][..10],
+            );
+            assert_eq!(x[2], 77);
+            assert_eq!(y[1], 77, "the target before position 3 is the fixed token");
+            assert_eq!(&x[3..], &nx[3..]);
+            assert_eq!(&y[2..], &ny[2..]);
+            assert_eq!(x[1], nx[1]);
+            assert!(x[0] >= 2 && (x[0] as usize) < data.vocab_size());
+            firsts.insert(x[0]);
+        }
+        assert!(firsts.len() > 1, "random first tokens vary over rows");
+        // The same probe set every time, whatever the run's seed.
+        let mut b = natural.clone();
+        Sampler::new(&data, &cfg, 10, 99)
+            .unwrap()
+            .apply_token_changes(&mut b);
+        assert_eq!(a.inputs, b.inputs);
+        // No token changes configured: untouched.
+        let plain = Sampler::new(&data, &DataConfig::default(), 10, 5).unwrap();
+        let mut c = natural.clone();
+        plain.apply_token_changes(&mut c);
+        assert_eq!(c.inputs, natural.inputs);
     }
 
     #[test]

@@ -8,7 +8,7 @@ use anyhow::{Result, anyhow};
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use clap::{Parser, Subcommand};
 use sinklab::config::{self, DeviceKind, Experiment, TokenizerConfig};
-use sinklab::{analyze, backend, bench, data, generate, train};
+use sinklab::{analyze, backend, bench, data, generate, report, sweep, train};
 use std::path::{Path, PathBuf};
 
 #[derive(Parser)]
@@ -222,6 +222,42 @@ enum Cmd {
         #[arg(long)]
         device: Option<String>,
     },
+    /// Run a sweep: expand FILE into runs (axes × seeds), run them N at a time as child
+    /// processes, skip finished runs, resume unfinished ones; a failing run is recorded and the
+    /// others go on. Ctrl-C checkpoints every running run and stops.
+    Sweep {
+        /// Sweep TOML file (base, axes, combine, seeds; see `experiments/sweeps/`).
+        file: PathBuf,
+        /// Runs at a time (each gets cores / N threads).
+        #[arg(long, default_value_t = 1)]
+        jobs: usize,
+        /// Run only the run with this index (a SLURM array task).
+        #[arg(long)]
+        index: Option<usize>,
+        /// Print the expanded runs and write the plan without running anything.
+        #[arg(long)]
+        dry_run: bool,
+        /// Write a job script instead of running: `slurm` (one array task per run).
+        #[arg(long, value_name = "SYSTEM")]
+        emit: Option<String>,
+        /// Put the sweep directory under DIR instead of the file's `out_dir` (runs/sweeps).
+        #[arg(long, value_name = "DIR")]
+        out_dir: Option<PathBuf>,
+    },
+    /// Summarise a sweep directory: report.md, report.csv and report.json (mean ± std over
+    /// seeds of the final Sink1, slot Sink1*, largest Sink_k and its position k, first-token
+    /// attention mass, val loss and norm ratio; the step at which Sink1 first exceeds a
+    /// threshold) and PNG plots (final Sink against each axis, Sink1 against step).
+    Report {
+        /// A sweep directory (holding sweep.json).
+        dir: PathBuf,
+        /// ε of the Sink1 reported (must be one of the runs' metrics.eps).
+        #[arg(long, default_value_t = 0.3)]
+        eps: f64,
+        /// Emergence: the first probe step at which Sink1 exceeds this percentage.
+        #[arg(long, default_value_t = 5.0)]
+        threshold: f64,
+    },
     /// Signal propagation at init: build the model, push validation sequences through it and
     /// report every layer's token kernel (mean off-diagonal cosine: 1 = rank collapse; diagonal
     /// scale ‖x‖²/d; for U-SPA / E-SPA the distance to the target Σ_l and the smallest entry of
@@ -336,7 +372,17 @@ fn real_main() -> Result<()> {
                 stop_after,
                 quiet,
             };
+            ctrlc::set_handler(|| {
+                train::INTERRUPT.store(true, std::sync::atomic::Ordering::SeqCst);
+            })?;
             let summary = train::train(&exp, &opts, &mut |m| eprintln!("{m}"))?;
+            if summary.interrupted {
+                eprintln!(
+                    "interrupted after step {}: checkpointed; continue with --resume",
+                    summary.steps_done
+                );
+                std::process::exit(130);
+            }
             println!(
                 "done: {} steps, loss {:.4} -> {:.4}, val loss {:.4}, Sink1(eps=0.3) {:.1}%, {:.0} tokens/s\nrun directory: {}\nview: tensorboard --logdir {}",
                 summary.steps_done,
@@ -599,6 +645,84 @@ fn real_main() -> Result<()> {
                 tensorboard,
             };
             generate::stream_eval(&run, &o, &mut |m| eprintln!("{m}"))?;
+        }
+        Cmd::Sweep {
+            file,
+            jobs,
+            index,
+            dry_run,
+            emit,
+            out_dir,
+        } => {
+            let (plan, exps) = sweep::expand_into(&file, out_dir.as_deref())?;
+            if dry_run || emit.is_some() {
+                sweep::write_plan(&plan, &exps)?;
+            }
+            match emit.as_deref() {
+                None => {}
+                Some("slurm") => {
+                    let exe = std::env::current_exe()?;
+                    let cwd = std::env::current_dir()?;
+                    let script = plan.dir.join("slurm.sh");
+                    std::fs::write(
+                        &script,
+                        sweep::slurm_script(&plan, &exps, &exe, &cwd, out_dir.as_deref()),
+                    )?;
+                    println!(
+                        "wrote {} ({} array tasks); submit with: sbatch {}",
+                        script.display(),
+                        plan.runs.len(),
+                        script.display()
+                    );
+                    return Ok(());
+                }
+                Some(other) => {
+                    return Err(anyhow!("--emit {other}: unknown; valid: slurm"));
+                }
+            }
+            if dry_run {
+                println!("sweep {} → {}", plan.name, plan.dir.display());
+                for r in &plan.runs {
+                    println!("{:>4}  {}", r.index, r.name);
+                }
+                return Ok(());
+            }
+            ctrlc::set_handler(|| {
+                sweep::STOP.store(true, std::sync::atomic::Ordering::SeqCst);
+                train::INTERRUPT.store(true, std::sync::atomic::Ordering::SeqCst);
+            })?;
+            let o = sweep::run(&plan, &exps, jobs, index, &|m| eprintln!("{m}"))?;
+            println!(
+                "sweep {}: {} done, {} skipped (already finished), {} failed, {} interrupted",
+                plan.name,
+                o.done.len(),
+                o.skipped.len(),
+                o.failed.len(),
+                o.interrupted.len()
+            );
+            for (name, err) in &o.failed {
+                println!("failed: {name}\n  {}", err.replace('\n', "\n  "));
+            }
+            println!("report: sinklab report {}", plan.dir.display());
+            if !o.interrupted.is_empty() {
+                println!("interrupted runs resume when the sweep is run again");
+                std::process::exit(130);
+            }
+            if !o.failed.is_empty() {
+                std::process::exit(1);
+            }
+        }
+        Cmd::Report {
+            dir,
+            eps,
+            threshold,
+        } => {
+            let md = report::report(&dir, eps, threshold)?;
+            println!("{md}");
+            println!(
+                "wrote {}/report.md, report.csv, report.json and plots",
+                dir.display()
+            );
         }
         Cmd::InitCheck {
             experiment,

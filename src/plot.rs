@@ -473,26 +473,48 @@ pub fn bars(b: &Bars) -> Result<Vec<u8>> {
         bottom_v + 1.0
     };
     let w = (n as u32 * 22 + 160).clamp(700, 2000);
-    render(w, 560, |root| {
+    // Labels that do not fit under their bar are drawn vertically (up to 32 characters).
+    let pitch_chars = ((w as usize - 160) / n.max(1)) / 7;
+    let longest = b
+        .labels
+        .iter()
+        .map(|l| l.chars().count())
+        .max()
+        .unwrap_or(0);
+    let vertical = longest > pitch_chars.max(4);
+    let max_chars = if vertical { 32 } else { pitch_chars.max(4) };
+    let label_area = if vertical {
+        (longest.min(max_chars) as u32) * 7 + 30
+    } else {
+        60
+    };
+    let h = 500 + label_area;
+    render(w, h, |root| {
         let mut chart = ChartBuilder::on(root)
             .caption(b.title, (FONT, 16))
             .margin(14)
-            .x_label_area_size(60)
+            .x_label_area_size(label_area)
             .y_label_area_size(70)
             .build_cartesian_2d((0..n).into_segmented(), bottom_v..top)
             .map_err(err)?;
-        let step = thin(n, (w as usize - 160) / 60);
+        let step = thin(n, (w as usize - 160) / if vertical { 16 } else { 60 });
+        let x_style = if vertical {
+            TextStyle::from((FONT, 12).into_font()).transform(FontTransform::Rotate270)
+        } else {
+            TextStyle::from((FONT, 12).into_font())
+        };
         chart
             .configure_mesh()
             .disable_x_mesh()
             .x_desc(b.x_label)
             .y_desc(b.y_label)
             .label_style((FONT, 12))
+            .x_label_style(x_style)
             .axis_desc_style((FONT, 14))
             .x_labels(n.min(200))
             .x_label_formatter(&|v| match v {
                 SegmentValue::CenterOf(i) if *i < n && i % step == 0 => {
-                    b.labels[*i].chars().take(10).collect()
+                    b.labels[*i].chars().take(max_chars).collect()
                 }
                 _ => String::new(),
             })

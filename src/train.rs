@@ -50,6 +50,16 @@ pub struct TrainSummary {
     pub last_val_loss: Option<f64>,
     pub last_sink1: Option<f64>,
     pub tokens_per_s: f64,
+    /// Stopped early by an interrupt (Ctrl-C / SIGINT / SIGTERM) after checkpointing.
+    pub interrupted: bool,
+}
+
+/// Set by a signal handler: the training loop checkpoints after the current step and returns
+/// with `interrupted` set, so that `--resume` continues exactly.
+pub static INTERRUPT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+fn interrupted() -> bool {
+    INTERRUPT.load(std::sync::atomic::Ordering::SeqCst)
 }
 
 /// `state.json` inside a checkpoint.
@@ -221,11 +231,20 @@ pub fn gradients(
         .map(|&m| m as f64)
         .sum();
     let parts = workers.map(batches.len(), |i| {
-        let replica = parallel::replica(model);
-        let (x, y, m) = batch_tensors(&batches[i], device);
+        let (replica, dev) = match workers.device_of(i) {
+            // A copy of the weights on the worker's device (a leaf of its own graph there).
+            Some(d) => (parallel::replica(&model.clone().fork(d)), d),
+            None => (parallel::replica(model), device),
+        };
+        let (x, y, m) = batch_tensors(&batches[i], dev);
         let loss = model::masked_nll(replica.forward(x), y, m, denom.max(1.0));
         let mut grads = GradAccumulator::default();
         grads.add(&replica, &loss.backward());
+        let grads = if dev == device {
+            grads
+        } else {
+            grads.to_device(device)
+        };
         (grads, loss.into_scalar::<f32>() as f64)
     });
     let mut grads = GradAccumulator::default();
@@ -484,11 +503,27 @@ pub fn train(
     let resume_from = if opts.resume {
         if resolved_path.exists() {
             let prev = std::fs::read_to_string(&resolved_path)?;
-            if prev != exp.to_toml() {
+            let now = exp.to_toml();
+            // Compare after re-reading the old file with today's defaults, so that a setting
+            // added to sinklab since the run started (absent there, default here) still matches.
+            let prev_now = toml::from_str::<toml::Table>(&prev)
+                .ok()
+                .and_then(|t| crate::config::from_table("resolved.toml", t).ok())
+                .map(|e| e.to_toml());
+            if prev != now && prev_now.as_deref() != Some(now.as_str()) {
+                let old_lines: std::collections::HashSet<&str> =
+                    prev_now.as_deref().unwrap_or(&prev).lines().collect();
+                let changed: Vec<&str> = now
+                    .lines()
+                    .filter(|l| !old_lines.contains(l))
+                    .take(8)
+                    .collect();
                 bail!(
-                    "{}: --resume with a configuration that differs from the run's resolved.toml; \
-                     resume with the same file and --set flags, or choose a new run.name",
-                    run_dir.display()
+                    "{}: --resume with a configuration that differs from the run's resolved.toml \
+                     (new or changed lines: {}); resume with the same file and --set flags, or \
+                     choose a new run.name",
+                    run_dir.display(),
+                    changed.join(" | ")
                 );
             }
         }
@@ -565,12 +600,13 @@ pub fn train(
     let mut val =
         data::validation_batch(&data, exp.train.eval_sequences, exp.model.ctx, exp.data.bos)?;
     data::ignore_first_targets(&mut val, ignored);
-    let probe = data::validation_batch(
+    let mut probe = data::validation_batch(
         &data,
         exp.metrics.probe_sequences,
         exp.metrics.probe_len,
         exp.data.bos,
     )?;
+    sampler.apply_token_changes(&mut probe);
     let mut rec = Recorder::open(&run_dir, resumed_step)?;
     if resumed_step.is_none() {
         rec.text(
@@ -585,7 +621,12 @@ pub fn train(
     let chunk = exp.train.micro_batch;
     let total = exp.train.steps;
     let accum = exp.accumulation();
-    let workers = Workers::for_device(exp.run.device == config::DeviceKind::Flex, accum);
+    let workers = if exp.run.devices > 1 {
+        let devices = backend::devices(exp.run.device, exp.run.devices)?;
+        Workers::for_devices(devices.into_iter().map(|d| d.autodiff()).collect())
+    } else {
+        Workers::for_device(exp.run.device == config::DeviceKind::Flex, accum)
+    };
     log(&format!(
         "{} micro-batch{} of {} sequences per step on {} worker{} × {} thread{}",
         accum,
@@ -610,6 +651,7 @@ pub fn train(
         last_val_loss: None,
         last_sink1: None,
         tokens_per_s: 0.0,
+        interrupted: false,
     };
     let eval =
         |model: &Lm, step: u64, rec: &mut Recorder, summary: &mut TrainSummary| -> Result<()> {
@@ -711,7 +753,8 @@ pub fn train(
         bar.inc(1);
 
         let last = done == total;
-        let stopping = opts.stop_after == Some(done);
+        let signalled = interrupted();
+        let stopping = opts.stop_after == Some(done) || signalled;
         let eval_due = done % exp.train.eval_every == 0 || last;
         let probe_due = done % exp.metrics.every == 0 || last;
         if eval_due {
@@ -746,7 +789,13 @@ pub fn train(
         }
         if stopping && !last {
             rec.flush()?;
-            bar.abandon_with_message(format!("stopped after step {done} (--stop-after)"));
+            summary.interrupted = signalled;
+            let why = if signalled {
+                "interrupted"
+            } else {
+                "--stop-after"
+            };
+            bar.abandon_with_message(format!("stopped after step {done} ({why})"));
             break;
         }
     }

@@ -20,9 +20,15 @@ fn sinklab(args: &[&str]) -> (i32, String, String) {
 fn experiment_files(dir: &Path, out: &mut Vec<String>) {
     for e in std::fs::read_dir(dir).unwrap().flatten() {
         let p = e.path();
+        // experiments/sweeps holds sweep files (tests/sweep.rs expands them) beside their bases
+        let sweep_file = p
+            .parent()
+            .and_then(|d| d.parent())
+            .is_some_and(|d| d.ends_with("sweeps"))
+            && !p.ends_with("base.toml");
         if p.is_dir() {
             experiment_files(&p, out);
-        } else if p.extension().is_some_and(|x| x == "toml") {
+        } else if p.extension().is_some_and(|x| x == "toml") && !sweep_file {
             out.push(p.display().to_string());
         }
     }

@@ -243,6 +243,17 @@ fn resume_reproduces_every_later_loss() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("differs"), "{err}");
+    assert!(err.contains("weight_decay = 0.5"), "{err}");
+
+    // A resolved.toml written before a setting existed (here run.devices, absent = default)
+    // still resumes.
+    let rp = cut.run_dir().join("resolved.toml");
+    let text = std::fs::read_to_string(&rp).unwrap();
+    let older = text.replace("devices = 1\n", "");
+    assert_ne!(older, text);
+    std::fs::write(&rp, older).unwrap();
+    train::train(&cut, &opts, &mut |_| {}).unwrap();
+    assert_eq!(series(&cut.run_dir(), "train/loss"), a);
 }
 
 #[test]
@@ -332,4 +343,42 @@ fn data_parallel_gradients_do_not_depend_on_the_worker_count() {
             assert!((x - y).abs() <= 1e-4 * scale, "{k}: {x} vs {y}");
         }
     }
+}
+
+/// Data parallelism over devices (`run.devices`): the per-device path (weights forked to each
+/// worker's device, gradients moved back and summed in micro-batch order) gives the gradients
+/// of one worker. Only CPU devices exist on CI, so both "devices" are the CPU here; the path is
+/// the one several GPUs take. `run.devices > 1` on the CPU backend is refused with a reason.
+#[test]
+fn gradients_over_several_devices_equal_one_worker() {
+    use sinklab::parallel::Workers;
+    let dir = tempfile::tempdir().unwrap();
+    let exp = tiny_experiment(dir.path(), "ddp", &[]);
+    let dev = sinklab::backend::device(sinklab::config::DeviceKind::Flex)
+        .unwrap()
+        .autodiff();
+    let data = sinklab::data::Dataset::prepare(&exp.data, &mut |_| {}).unwrap();
+    let model = sinklab::model::Lm::new(&exp.model, data.vocab_size(), 3, &dev);
+    let batches: Vec<_> = (0..4)
+        .map(|i| sinklab::data::validation_batch(&data, 2 + i, 16, true).unwrap())
+        .collect();
+    let (one, l1) = train::gradients(&model, &batches, &dev, &Workers::new(1, 1));
+    let devices = Workers::for_devices(vec![dev.clone(), dev.clone()]);
+    assert!(devices.device_of(3).is_some());
+    let (two, l2) = train::gradients(&model, &batches, &dev, &devices);
+    assert!((l1 - l2).abs() < 1e-9 * l1.abs(), "{l1} vs {l2}");
+    assert_eq!(one.grads.len(), two.grads.len());
+    for (name, g) in &one.grads {
+        let a = g.clone().into_data().try_to_vec::<f32>().unwrap();
+        let b = two.grads[name]
+            .clone()
+            .into_data()
+            .try_to_vec::<f32>()
+            .unwrap();
+        assert_eq!(a, b, "{name}");
+    }
+    let err = sinklab::config::load(&dir.path().join("ddp.toml"), &["run.devices=2".into()])
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("run.devices") && err.contains("cuda"), "{err}");
 }

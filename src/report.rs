@@ -1,0 +1,590 @@
+//! `sinklab report SWEEP_DIR`: one table and a few plots for a whole sweep.
+//!
+//! Per run (from its `metrics.jsonl`): the final Sink₁ (`sink/rate_eps{ε}/pos01`), the final
+//! slot Sink₁* (`sink/slot_rate_eps{ε}`, models with a slot), the final validation loss, the
+//! final norm ratio (largest `act/norm_ratio/layer*` of the last probe), and the emergence step:
+//! the first probe step at which Sink₁ exceeds `threshold` percent (None: never). Runs that
+//! share every axis value (they differ in seed) form a setting; the table gives mean ± sample
+//! standard deviation over the seeds that finished, and the emergence step as the median of
+//! the seeds that crossed, with how many did.
+//!
+//! Writes `report.md`, `report.csv`, `sink1_vs_AXIS.png` (final Sink₁ against each axis with
+//! error bars; one line per combination of the other axes) and `emergence.png` (Sink₁ against
+//! step per setting, mean over seeds).
+
+use crate::plot::{self, Bars, LinePlot, Series};
+use crate::sweep::{self, Plan, RunPlan};
+use anyhow::{Context, Result};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// What one run's metrics say.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunResult {
+    pub name: String,
+    pub seed: u64,
+    pub state: String,
+    pub error: Option<String>,
+    /// Wall-clock seconds of the run's last attempt (its status file).
+    pub seconds: Option<f64>,
+    pub steps: Option<u64>,
+    pub sink1: Option<f64>,
+    pub slot_sink1: Option<f64>,
+    pub val_loss: Option<f64>,
+    pub norm_ratio: Option<f64>,
+    pub emergence_step: Option<u64>,
+    /// Final Sink_k for k = 1, 2, … (as many positions as the run records).
+    pub sink_k: Vec<f64>,
+    /// Final first-token attention mass F-Attn (`attn/f_attn`), in %.
+    pub first_mass: Option<f64>,
+    /// (step, Sink₁) at every probe.
+    pub curve: Vec<(u64, f64)>,
+}
+
+/// Read `metrics.jsonl` into step-ordered (step, scalars) records.
+fn read_metrics(path: &Path) -> Vec<(u64, BTreeMap<String, f64>)> {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return Vec::new();
+    };
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|v| {
+            let step = v["step"].as_u64()?;
+            let scalars = v["scalars"]
+                .as_object()?
+                .iter()
+                .filter_map(|(k, x)| Some((k.clone(), x.as_f64()?)))
+                .collect();
+            Some((step, scalars))
+        })
+        .collect()
+}
+
+/// Summarise one run.
+pub fn run_result(plan: &Plan, run: &RunPlan, eps: &str, threshold: f64) -> RunResult {
+    let status = sweep::read_status(&plan.dir, &run.name);
+    let records = read_metrics(&plan.dir.join(&run.name).join("metrics.jsonl"));
+    let key = format!("sink/rate_eps{eps}/pos01");
+    let slot_key = format!("sink/slot_rate_eps{eps}");
+    let last = |k: &str| records.iter().rev().find_map(|(_, s)| s.get(k).copied());
+    let curve: Vec<(u64, f64)> = records
+        .iter()
+        .filter_map(|(st, s)| s.get(&key).map(|v| (*st, *v)))
+        .collect();
+    let norm_ratio = records
+        .iter()
+        .rev()
+        .find(|(_, s)| s.keys().any(|k| k.starts_with("act/norm_ratio/")))
+        .map(|(_, s)| {
+            s.iter()
+                .filter(|(k, _)| k.starts_with("act/norm_ratio/"))
+                .map(|(_, v)| *v)
+                .fold(f64::NEG_INFINITY, f64::max)
+        });
+    let mut sink_k = Vec::new();
+    while let Some(v) = last(&format!("sink/rate_eps{eps}/pos{:02}", sink_k.len() + 1)) {
+        sink_k.push(v);
+    }
+    RunResult {
+        name: run.name.clone(),
+        seed: run.seed,
+        state: status
+            .as_ref()
+            .map_or("not started".to_string(), |s| s.state.clone()),
+        seconds: status.as_ref().map(|s| s.seconds),
+        error: status.and_then(|s| s.error),
+        steps: records.last().map(|(s, _)| *s),
+        sink1: last(&key),
+        slot_sink1: last(&slot_key),
+        val_loss: last("val/loss"),
+        norm_ratio,
+        emergence_step: curve.iter().find(|(_, v)| *v > threshold).map(|(s, _)| *s),
+        sink_k,
+        first_mass: last("attn/f_attn").map(|v| 100.0 * v),
+        curve,
+    }
+}
+
+/// Mean and sample standard deviation (NaN for fewer than two values).
+pub fn mean_std(xs: &[f64]) -> (f64, f64) {
+    let n = xs.len() as f64;
+    if xs.is_empty() {
+        return (f64::NAN, f64::NAN);
+    }
+    let m = xs.iter().sum::<f64>() / n;
+    let sd = if xs.len() > 1 {
+        (xs.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (n - 1.0)).sqrt()
+    } else {
+        f64::NAN
+    };
+    (m, sd)
+}
+
+fn pm(v: (f64, f64), digits: usize) -> String {
+    match v {
+        (m, _) if m.is_nan() => "–".into(),
+        (m, s) if s.is_nan() => format!("{m:.digits$}"),
+        (m, s) => format!("{m:.digits$} ± {s:.digits$}"),
+    }
+}
+
+/// One setting (runs equal up to the seed).
+#[derive(Debug, Clone, Serialize)]
+pub struct Setting {
+    pub values: BTreeMap<String, String>,
+    pub runs: Vec<RunResult>,
+}
+
+impl Setting {
+    fn finished(&self, f: impl Fn(&RunResult) -> Option<f64>) -> Vec<f64> {
+        self.runs
+            .iter()
+            .filter(|r| r.state == "done")
+            .filter_map(f)
+            .collect()
+    }
+    pub fn sink1(&self) -> (f64, f64) {
+        mean_std(&self.finished(|r| r.sink1))
+    }
+    /// The position k with the largest mean final Sink_k over the finished seeds (the smallest
+    /// such k on ties), with mean ± std of Sink_k there. None when no finished run recorded any.
+    pub fn top_sink(&self) -> Option<(usize, (f64, f64))> {
+        let n = self
+            .runs
+            .iter()
+            .filter(|r| r.state == "done")
+            .map(|r| r.sink_k.len())
+            .min()?;
+        (0..n)
+            .map(|k| {
+                (
+                    k + 1,
+                    mean_std(&self.finished(|r| r.sink_k.get(k).copied())),
+                )
+            })
+            .fold(None, |best: Option<(usize, (f64, f64))>, cur| match best {
+                Some(b) if b.1.0 >= cur.1.0 => Some(b),
+                _ => Some(cur),
+            })
+    }
+}
+
+/// Build the report; returns the Markdown.
+pub fn report(dir: &Path, eps: f64, threshold: f64) -> Result<String> {
+    let plan = sweep::read_plan(dir)?;
+    let eps_s = crate::metrics::eps_name(eps);
+    let mut settings: Vec<Setting> = Vec::new();
+    for run in &plan.runs {
+        let r = run_result(&plan, run, &eps_s, threshold);
+        match settings.iter_mut().find(|s| s.values == run.values) {
+            Some(s) => s.runs.push(r),
+            None => settings.push(Setting {
+                values: run.values.clone(),
+                runs: vec![r],
+            }),
+        }
+    }
+    // An ε no run recorded would give an empty table: say which ones exist instead.
+    let any_records = settings
+        .iter()
+        .flat_map(|s| &s.runs)
+        .any(|r| r.steps.is_some());
+    if any_records
+        && settings
+            .iter()
+            .flat_map(|s| &s.runs)
+            .all(|r| r.curve.is_empty())
+    {
+        let mut recorded = std::collections::BTreeSet::new();
+        for run in &plan.runs {
+            for (_, sc) in read_metrics(&plan.dir.join(&run.name).join("metrics.jsonl")) {
+                for k in sc.keys() {
+                    if let Some(e) = k
+                        .strip_prefix("sink/rate_eps")
+                        .and_then(|r| r.strip_suffix("/pos01"))
+                    {
+                        recorded.insert(e.to_string());
+                    }
+                }
+            }
+        }
+        anyhow::bail!(
+            "--eps {eps}: no run of {} recorded Sink1 at ε = {eps_s}; recorded ε: {}",
+            dir.display(),
+            recorded.into_iter().collect::<Vec<_>>().join(", ")
+        );
+    }
+    let axes: Vec<(String, String)> = plan
+        .axes
+        .iter()
+        .map(|(p, l, _)| (p.clone(), l.clone()))
+        .collect();
+    let label_of = |s: &Setting| -> String {
+        axes.iter()
+            .map(|(p, l)| format!("{l}={}", s.values.get(p).map_or("?", String::as_str)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    // Markdown and CSV.
+    let mut md = String::new();
+    let mut csv = String::new();
+    writeln!(
+        md,
+        "# Sweep `{}`\n\nFile `{}`; {} runs ({} settings × seeds {:?}, {:?}); directory `{}` \
+         (`tensorboard --logdir {}` shows every run side by side).\n\nFinal values over the \
+         seeds that finished: mean ± sample std. Sink₁ = `sink/rate_eps{eps_s}/pos01` (%), slot \
+         Sink₁* = `sink/slot_rate_eps{eps_s}` (%), top Sink_k = the largest mean Sink_k over \
+         the probed positions k (@k), F-Attn = mean attention on the first token (%), norm ratio = largest ‖h₁‖/mean‖h_t‖ over \
+         layers; emergence = first probe step with Sink₁ > {threshold}% (median over the seeds \
+         that crossed, and how many did).\n",
+        plan.name,
+        plan.file.display(),
+        plan.runs.len(),
+        settings.len(),
+        plan.seeds,
+        plan.combine,
+        plan.dir.display(),
+        plan.dir.display()
+    )?;
+    let mut header: Vec<String> = axes.iter().map(|(_, l)| l.clone()).collect();
+    header.extend(
+        [
+            "done",
+            "Sink₁ (%)",
+            "slot Sink₁* (%)",
+            "top Sink_k (%) @k",
+            "F-Attn (%)",
+            "val loss",
+            "norm ratio",
+            "emergence step",
+        ]
+        .map(String::from),
+    );
+    let secs: Vec<f64> = settings
+        .iter()
+        .flat_map(|s| &s.runs)
+        .filter(|r| r.state == "done")
+        .filter_map(|r| r.seconds)
+        .collect();
+    if !secs.is_empty() {
+        writeln!(
+            md,
+            "Run time (wall clock of each finished run's last attempt): {:.0}–{:.0} s each, {:.1} min summed over runs.\n",
+            secs.iter().copied().fold(f64::INFINITY, f64::min),
+            secs.iter().copied().fold(0.0, f64::max),
+            secs.iter().sum::<f64>() / 60.0
+        )?;
+    }
+    writeln!(md, "| {} |", header.join(" | "))?;
+    writeln!(md, "|{}|", vec!["---"; header.len()].join("|"))?;
+    let mut csv_header: Vec<String> = axes.iter().map(|(_, l)| l.clone()).collect();
+    csv_header.extend(
+        [
+            "seeds_done",
+            "seeds",
+            "sink1_mean",
+            "sink1_std",
+            "slot_sink1_mean",
+            "slot_sink1_std",
+            "top_k",
+            "top_sink_mean",
+            "top_sink_std",
+            "first_mass_mean",
+            "first_mass_std",
+            "val_loss_mean",
+            "val_loss_std",
+            "norm_ratio_mean",
+            "norm_ratio_std",
+            "emergence_step_median",
+            "emerged_seeds",
+        ]
+        .map(String::from),
+    );
+    writeln!(csv, "{}", csv_header.join(","))?;
+    for s in &settings {
+        let done = s.runs.iter().filter(|r| r.state == "done").count();
+        let sink = s.sink1();
+        let slot = mean_std(&s.finished(|r| r.slot_sink1));
+        let top = s.top_sink();
+        let mass = mean_std(&s.finished(|r| r.first_mass));
+        let val = mean_std(&s.finished(|r| r.val_loss));
+        let norm = mean_std(&s.finished(|r| r.norm_ratio));
+        let mut em: Vec<u64> = s
+            .runs
+            .iter()
+            .filter(|r| r.state == "done")
+            .filter_map(|r| r.emergence_step)
+            .collect();
+        em.sort_unstable();
+        // The median (the mean of the middle two for an even count).
+        let median = (!em.is_empty()).then(|| {
+            let k = em.len();
+            if k % 2 == 1 {
+                em[k / 2] as f64
+            } else {
+                (em[k / 2 - 1] + em[k / 2]) as f64 / 2.0
+            }
+        });
+        let emergence = match median {
+            Some(m) => format!("{m} ({}/{done})", em.len()),
+            None => format!("never (0/{done})"),
+        };
+        let mut cells: Vec<String> = axes
+            .iter()
+            .map(|(p, _)| s.values.get(p).cloned().unwrap_or_default())
+            .collect();
+        cells.extend([
+            format!("{done}/{}", s.runs.len()),
+            pm(sink, 1),
+            pm(slot, 1),
+            top.map_or("–".into(), |(k, v)| format!("{} @{k}", pm(v, 1))),
+            pm(mass, 1),
+            pm(val, 3),
+            pm(norm, 2),
+            emergence,
+        ]);
+        writeln!(md, "| {} |", cells.join(" | "))?;
+        let q = |x: &String| format!("\"{}\"", x.replace('"', "'"));
+        let mut row: Vec<String> = axes
+            .iter()
+            .map(|(p, _)| q(&s.values.get(p).cloned().unwrap_or_default()))
+            .collect();
+        let f = |x: f64| {
+            if x.is_nan() {
+                String::new()
+            } else {
+                format!("{x}")
+            }
+        };
+        row.extend([
+            done.to_string(),
+            s.runs.len().to_string(),
+            f(sink.0),
+            f(sink.1),
+            f(slot.0),
+            f(slot.1),
+            top.map_or(String::new(), |t| t.0.to_string()),
+            f(top.map_or(f64::NAN, |t| t.1.0)),
+            f(top.map_or(f64::NAN, |t| t.1.1)),
+            f(mass.0),
+            f(mass.1),
+            f(val.0),
+            f(val.1),
+            f(norm.0),
+            f(norm.1),
+            median.map_or(String::new(), |m| m.to_string()),
+            em.len().to_string(),
+        ]);
+        writeln!(csv, "{}", row.join(","))?;
+    }
+    let failed: Vec<&RunResult> = settings
+        .iter()
+        .flat_map(|s| &s.runs)
+        .filter(|r| r.state != "done")
+        .collect();
+    if !failed.is_empty() {
+        writeln!(md, "\n## Runs that did not finish\n")?;
+        for r in failed {
+            writeln!(
+                md,
+                "- `{}`: {}{}",
+                r.name,
+                r.state,
+                r.error.as_ref().map_or(String::new(), |e| format!(
+                    " — `{}`",
+                    e.lines().last().unwrap_or("").replace('`', "'")
+                ))
+            )?;
+        }
+    }
+    // Plots.
+    writeln!(md, "\n## Plots\n")?;
+    for (ai, (path, label)) in axes.iter().enumerate() {
+        let numeric: Option<Vec<f64>> = plan.axes[ai]
+            .2
+            .iter()
+            .map(|v| v.parse::<f64>().ok())
+            .collect();
+        // Values spanning decades that include 0 (weight decay 0 … 5) fit neither a linear nor
+        // a log axis: draw them as categories.
+        let numeric = numeric.filter(|xs| {
+            let pos: Vec<f64> = xs.iter().copied().filter(|x| *x > 0.0).collect();
+            let span = pos.iter().copied().fold(0.0, f64::max)
+                / pos.iter().copied().fold(f64::INFINITY, f64::min);
+            !(xs.contains(&0.0) && span >= 50.0)
+        });
+        let file = format!("sink1_vs_{}.png", sanitize(label));
+        let title = format!("final Sink (ε = {eps_s}) against {label}, mean ± std over seeds");
+        let png = match numeric {
+            Some(xs) => {
+                // One line per combination of the other axes.
+                let mut lines: BTreeMap<String, Vec<(f64, f64, f64)>> = BTreeMap::new();
+                let mut tops: BTreeMap<String, Vec<(f64, f64, f64)>> = BTreeMap::new();
+                let elsewhere = settings
+                    .iter()
+                    .any(|s| s.top_sink().is_some_and(|t| t.0 != 1 && t.1.0 > threshold));
+                for s in &settings {
+                    let others: Vec<String> = axes
+                        .iter()
+                        .filter(|(p, _)| p != path)
+                        .map(|(p, l)| {
+                            format!("{l}={}", s.values.get(p).cloned().unwrap_or_default())
+                        })
+                        .collect();
+                    let x: f64 = s
+                        .values
+                        .get(path)
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or(f64::NAN);
+                    let (m, sd) = s.sink1();
+                    let line = if others.is_empty() {
+                        "Sink₁".to_string()
+                    } else {
+                        others.join(", ")
+                    };
+                    if let Some((_, (tm, tsd))) = s.top_sink().filter(|_| elsewhere) {
+                        tops.entry(if others.is_empty() {
+                            "top Sink_k".to_string()
+                        } else {
+                            format!("{line}: top Sink_k")
+                        })
+                        .or_default()
+                        .push((x, tm, tsd));
+                    }
+                    lines.entry(line).or_default().push((x, m, sd));
+                }
+                // A second line when the largest sink sits elsewhere than position 1 and above
+                // the threshold in some setting (a fixed token at p, random first tokens).
+                let series: Vec<Series> = lines
+                    .into_iter()
+                    .chain(tops)
+                    .map(|(name, mut pts)| {
+                        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+                        Series {
+                            name,
+                            points: pts.iter().map(|p| (p.0, p.1)).collect(),
+                            err: Some(pts.iter().map(|p| p.2).collect()),
+                        }
+                    })
+                    .collect();
+                let pos: Vec<f64> = xs.iter().copied().filter(|x| *x > 0.0).collect();
+                let log_x = pos.len() == xs.len()
+                    && pos.iter().copied().fold(f64::INFINITY, f64::min) > 0.0
+                    && pos.iter().copied().fold(0.0, f64::max)
+                        / pos.iter().copied().fold(f64::INFINITY, f64::min)
+                        >= 50.0;
+                plot::lines(&LinePlot {
+                    title: &title,
+                    x_label: label,
+                    y_label: "Sink (%)",
+                    series: &series,
+                    log_x,
+                    log_y: false,
+                    hlines: &[],
+                    markers: true,
+                })
+            }
+            None => {
+                // One axis: the value alone; several: every axis as label=value.
+                let labels: Vec<String> = settings
+                    .iter()
+                    .map(|s| {
+                        let short =
+                            |p: &String| s.values.get(p).map_or(String::new(), |v| short_value(v));
+                        if axes.len() == 1 {
+                            short(path)
+                        } else {
+                            axes.iter()
+                                .map(|(p, l)| format!("{l}={}", short(p)))
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        }
+                    })
+                    .collect();
+                let stats: Vec<(f64, f64)> = settings.iter().map(Setting::sink1).collect();
+                let values: Vec<f64> = stats.iter().map(|s| s.0).collect();
+                let err: Vec<f64> = stats
+                    .iter()
+                    .map(|s| if s.1.is_nan() { 0.0 } else { s.1 })
+                    .collect();
+                plot::bars(&Bars {
+                    title: &title,
+                    x_label: label,
+                    y_label: "Sink₁ (%)",
+                    labels: &labels,
+                    values: &values,
+                    err: Some(&err),
+                    highlight: &[],
+                })
+            }
+        };
+        match png {
+            Ok(png) => {
+                plot::save(&dir.join(&file), &png)?;
+                writeln!(md, "![{file}]({file})")?;
+            }
+            Err(e) => writeln!(md, "- {file}: not drawn ({e})")?,
+        }
+    }
+    let series: Vec<Series> = settings
+        .iter()
+        .map(|s| {
+            // Mean over the seeds at each probe step they share.
+            let mut by_step: BTreeMap<u64, Vec<f64>> = BTreeMap::new();
+            for r in &s.runs {
+                for &(st, v) in &r.curve {
+                    by_step.entry(st).or_default().push(v);
+                }
+            }
+            Series {
+                name: label_of(s),
+                points: by_step
+                    .into_iter()
+                    .map(|(st, v)| (st as f64, v.iter().sum::<f64>() / v.len() as f64))
+                    .collect(),
+                err: None,
+            }
+        })
+        .collect();
+    match plot::lines(&LinePlot {
+        title: &format!("sink emergence: Sink₁ (ε = {eps_s}) against step, mean over seeds"),
+        x_label: "step",
+        y_label: "Sink₁ (%)",
+        series: &series,
+        log_x: false,
+        log_y: false,
+        hlines: &[(format!("threshold {threshold}%"), threshold)],
+        markers: false,
+    }) {
+        Ok(png) => {
+            plot::save(&dir.join("emergence.png"), &png)?;
+            writeln!(md, "\n![emergence.png](emergence.png)")?;
+        }
+        Err(e) => writeln!(md, "- emergence.png: not drawn ({e})")?,
+    }
+    std::fs::write(dir.join("report.md"), &md)
+        .with_context(|| format!("writing {}", dir.join("report.md").display()))?;
+    std::fs::write(dir.join("report.csv"), &csv)?;
+    std::fs::write(
+        dir.join("report.json"),
+        serde_json::to_string_pretty(&settings)?,
+    )?;
+    Ok(md)
+}
+
+/// A value as written in TOML (`{ kind = "rope", base = 500.0 }`) in its run-name form
+/// (`rope-base500.0`); the text itself if it does not parse.
+fn short_value(v: &str) -> String {
+    toml::from_str::<toml::Table>(&format!("v = {v}"))
+        .ok()
+        .and_then(|t| t.get("v").map(sweep::value_label))
+        .unwrap_or_else(|| v.to_string())
+}
+
+fn sanitize(s: &str) -> String {
+    s.chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect()
+}

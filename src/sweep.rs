@@ -1,0 +1,705 @@
+//! Sweeps: one TOML file expands into many training runs, run reliably and resumably.
+//!
+//! ```toml
+//! base = "../../quickstart.toml"       # the experiment every run starts from (relative path)
+//! name = "lr"                          # optional: the sweep directory's name (default: file stem)
+//! out_dir = "runs/sweeps"              # optional (default runs/sweeps)
+//! combine = "grid"                     # "grid" (every combination) or "zip" (i-th values together)
+//! seeds = [0, 1]                       # every setting runs once per seed (run.seed)
+//! [set]                                # optional: a delta merged into every run (like an experiment file)
+//! train = { steps = 400 }
+//! [axes]                               # TOML path → values; nested tables or quoted dotted keys
+//! "optim.lr" = [1e-3, 3e-3, 1e-2]
+//! "model.positions" = [{ kind = "nope" }, { kind = "rope" }]
+//! base = ["../../skipless/pre_ln.toml", "../../skipless/sas.toml"]  # axis over experiment files
+//! [labels]                             # optional: short names of axes in run names
+//! "optim.lr" = "lr"
+//! ```
+//!
+//! Run names are `label-value` for every axis (sorted by path, `base` first) and `seedS`,
+//! joined by `_`, e.g. `lr-0.001_seed0`; the label defaults to the last path segment. Values
+//! print as TOML scalars, tables as their `kind` plus `-keyvalue` for other fields (e.g.
+//! `mask-sliding_window-w64`), arrays joined by `x` (`[]` is `none`), files as their stem;
+//! anything outside `[A-Za-z0-9._-]` becomes `_`. A setting name longer than 80 characters
+//! (tables with many keys) keeps its first 64 and gets `-` plus 12 hex digits of a hash of the
+//! whole name. Two runs with the same name are an error.
+//!
+//! The sweep directory `OUT_DIR/NAME/` holds `sweep.json` (the expanded plan), `plans/RUN.toml`
+//! (each run's resolved experiment), `RUN/` (the run directories, side by side for
+//! `tensorboard --logdir OUT_DIR/NAME`), `logs/RUN.log` and `status/RUN.json`. Every run is a
+//! child `sinklab train plans/RUN.toml --resume` process: a crash or divergence marks that run
+//! failed (with the tail of its log) and harms no other; re-running the sweep skips finished
+//! runs and resumes the others from their newest checkpoint; Ctrl-C (SIGINT/SIGTERM) makes every
+//! child checkpoint and stop, and the sweep stops launching runs; if the sweep process itself
+//! is killed (even with kill -9) its children die with it (PR_SET_PDEATHSIG) and everything
+//! resumes from the checkpoints.
+
+use crate::config::{self, Experiment};
+use anyhow::{Context, Result, anyhow, bail};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// How axes combine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Combine {
+    /// Every combination of the axes' values.
+    #[default]
+    Grid,
+    /// The i-th values of all axes together (axes of equal length).
+    Zip,
+}
+
+/// A sweep file (see the module docs).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SweepFile {
+    pub base: String,
+    pub name: Option<String>,
+    #[serde(default = "default_out")]
+    pub out_dir: PathBuf,
+    #[serde(default)]
+    pub combine: Combine,
+    #[serde(default = "default_seeds")]
+    pub seeds: Vec<u64>,
+    #[serde(default)]
+    pub set: toml::Table,
+    pub axes: toml::Table,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+}
+
+fn default_out() -> PathBuf {
+    PathBuf::from("runs/sweeps")
+}
+
+fn default_seeds() -> Vec<u64> {
+    vec![0]
+}
+
+/// One run of an expanded sweep.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct RunPlan {
+    pub index: usize,
+    pub name: String,
+    pub seed: u64,
+    /// Axis path → the value as written in TOML.
+    pub values: BTreeMap<String, String>,
+    /// The experiment file the run starts from.
+    pub base: PathBuf,
+}
+
+/// An expanded sweep.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Plan {
+    pub name: String,
+    pub file: PathBuf,
+    pub dir: PathBuf,
+    pub combine: Combine,
+    pub seeds: Vec<u64>,
+    /// Axis paths in name order, with their labels and values.
+    pub axes: Vec<(String, String, Vec<String>)>,
+    pub runs: Vec<RunPlan>,
+}
+
+/// Flatten nested tables down to array leaves: `{optim: {lr: [..]}}` → `optim.lr`.
+fn flatten_axes(
+    t: &toml::Table,
+    prefix: &str,
+    out: &mut Vec<(String, Vec<toml::Value>)>,
+) -> Result<()> {
+    for (k, v) in t {
+        let path = if prefix.is_empty() {
+            k.clone()
+        } else {
+            format!("{prefix}.{k}")
+        };
+        match v {
+            toml::Value::Array(a) => out.push((path, a.clone())),
+            toml::Value::Table(sub) => flatten_axes(sub, &path, out)?,
+            other => bail!(
+                "axes.{path}: expected an array of values, found `{other}` (write `{path} = [{other}]` \
+                 for a single value)"
+            ),
+        }
+    }
+    Ok(())
+}
+
+fn sanitize(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || ".-".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+/// Longest run name (the setting part) kept as is; longer ones (tables with many keys) are cut
+/// and made unique with a hash of the full name, since file names are limited to 255 bytes.
+const MAX_SETTING_NAME: usize = 80;
+
+/// `SETTING_seedS`, with a setting name longer than [`MAX_SETTING_NAME`] cut to its first 64
+/// characters, `-` and 12 hex digits of the FNV-1a hash of the whole setting name (stable
+/// across platforms and versions).
+fn shorten(setting: &str, seed: u64) -> String {
+    if setting.len() <= MAX_SETTING_NAME {
+        return format!("{setting}_seed{seed}");
+    }
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in setting.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{}-{:012x}_seed{seed}", &setting[..64], h >> 16)
+}
+
+/// How a value appears in a run name.
+pub fn value_label(v: &toml::Value) -> String {
+    match v {
+        toml::Value::String(s) => s.clone(),
+        toml::Value::Array(a) if a.is_empty() => "none".into(),
+        toml::Value::Array(a) => a.iter().map(value_label).collect::<Vec<_>>().join("x"),
+        toml::Value::Table(t) => {
+            let mut parts = Vec::new();
+            if let Some(k) = t.get("kind") {
+                parts.push(value_label(k));
+            }
+            for (k, x) in t.iter().filter(|(k, _)| *k != "kind") {
+                parts.push(format!("{k}{}", value_label(x)));
+            }
+            parts.join("-")
+        }
+        other => other.to_string(),
+    }
+}
+
+/// Set `path` (dotted) to `value` in `table` with the experiment-delta semantics (tables merge,
+/// a table with a different `kind` replaces).
+fn assign(table: &mut toml::Table, path: &str, value: toml::Value) {
+    let segs: Vec<&str> = path.split('.').collect();
+    let mut over = toml::Table::new();
+    let mut cursor = &mut over;
+    for seg in &segs[..segs.len() - 1] {
+        cursor = cursor
+            .entry(seg.to_string())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()))
+            .as_table_mut()
+            .expect("fresh table");
+    }
+    cursor.insert(segs[segs.len() - 1].to_string(), value);
+    config::deep_merge(table, over);
+}
+
+/// Read and expand a sweep file; every run's experiment is built and validated here, so a bad
+/// value fails before anything runs.
+pub fn expand(file: &Path) -> Result<(Plan, Vec<Experiment>)> {
+    expand_into(file, None)
+}
+
+/// [`expand`], with the file's `out_dir` replaced by `out_dir` when given (`--out-dir`).
+pub fn expand_into(file: &Path, out_dir: Option<&Path>) -> Result<(Plan, Vec<Experiment>)> {
+    let text =
+        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    let de = toml::Deserializer::new(&text);
+    let sweep: SweepFile = serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        anyhow!(
+            "{}: {}{}\n  valid keys: base, name, out_dir, combine (\"grid\" | \"zip\"), seeds, [set], [axes], [labels]",
+            file.display(),
+            if path == "." { String::new() } else { format!("{path}: ") },
+            e.into_inner().message().trim()
+        )
+    })?;
+    let dir_of = file.parent().unwrap_or(Path::new("."));
+    let mut axes = Vec::new();
+    flatten_axes(&sweep.axes, "", &mut axes).map_err(|e| anyhow!("{}: {e}", file.display()))?;
+    if axes.is_empty() {
+        bail!(
+            "{}: [axes] is empty; name at least one TOML path with a list of values",
+            file.display()
+        );
+    }
+    if let Some((p, _)) = axes.iter().find(|(_, v)| v.is_empty()) {
+        bail!("{}: axes.{p} has no values", file.display());
+    }
+    if sweep.seeds.is_empty() {
+        bail!("{}: seeds is empty; give at least one seed", file.display());
+    }
+    for p in sweep.labels.keys() {
+        if !axes.iter().any(|(a, _)| a == p) {
+            bail!(
+                "{}: labels.{p} names no axis; axes are {}",
+                file.display(),
+                axes.iter()
+                    .map(|(a, _)| a.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+    }
+    // `base` first, then the others by path.
+    axes.sort_by(|a, b| (a.0 != "base", &a.0).cmp(&(b.0 != "base", &b.0)));
+    let label = |p: &str| -> String {
+        sweep
+            .labels
+            .get(p)
+            .cloned()
+            .unwrap_or_else(|| p.rsplit('.').next().unwrap_or(p).to_string())
+    };
+    let n_settings = match sweep.combine {
+        Combine::Grid => axes.iter().map(|(_, v)| v.len()).product(),
+        Combine::Zip => {
+            let n = axes[0].1.len();
+            if let Some((p, v)) = axes.iter().find(|(_, v)| v.len() != n) {
+                bail!(
+                    "{}: combine = \"zip\" needs axes of equal length; axes.{} has {n} values but axes.{p} has {}",
+                    file.display(),
+                    axes[0].0,
+                    v.len()
+                );
+            }
+            n
+        }
+    };
+    let name = sweep.name.clone().unwrap_or_else(|| {
+        file.file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "sweep".into())
+    });
+    let dir = out_dir.unwrap_or(&sweep.out_dir).join(&name);
+    let mut runs = Vec::new();
+    let mut exps = Vec::new();
+    for setting in 0..n_settings {
+        // Value index per axis.
+        let mut rem = setting;
+        let picks: Vec<usize> = match sweep.combine {
+            Combine::Zip => vec![setting; axes.len()],
+            Combine::Grid => {
+                let mut p = vec![0; axes.len()];
+                for (i, (_, v)) in axes.iter().enumerate().rev() {
+                    p[i] = rem % v.len();
+                    rem /= v.len();
+                }
+                p
+            }
+        };
+        for &seed in &sweep.seeds {
+            let mut base = dir_of.join(&sweep.base);
+            let mut parts = Vec::new();
+            let mut values = BTreeMap::new();
+            let mut assignments: Vec<(String, toml::Value)> = Vec::new();
+            for ((path, vals), &i) in axes.iter().zip(&picks) {
+                let v = &vals[i];
+                values.insert(path.clone(), v.to_string());
+                if path == "base" {
+                    let f = v.as_str().ok_or_else(|| {
+                        anyhow!(
+                            "{}: axes.base values must be experiment file paths",
+                            file.display()
+                        )
+                    })?;
+                    base = dir_of.join(f);
+                    let stem = Path::new(f)
+                        .file_stem()
+                        .map(|s| s.to_string_lossy().into_owned())
+                        .unwrap_or_default();
+                    parts.push(format!("{}-{}", label(path), stem));
+                } else {
+                    assignments.push((path.clone(), v.clone()));
+                    parts.push(format!("{}-{}", label(path), value_label(v)));
+                }
+            }
+            let run_name = shorten(&sanitize(&parts.join("_")), seed);
+            let mut table = config::load_table(&base)
+                .map_err(|e| anyhow!("{}: base {}: {e}", file.display(), base.display()))?;
+            config::deep_merge(&mut table, sweep.set.clone());
+            for (p, v) in assignments {
+                assign(&mut table, &p, v);
+            }
+            assign(&mut table, "run.seed", toml::Value::Integer(seed as i64));
+            assign(
+                &mut table,
+                "run.name",
+                toml::Value::String(run_name.clone()),
+            );
+            assign(
+                &mut table,
+                "run.out_dir",
+                toml::Value::String(dir.display().to_string()),
+            );
+            let label_text = format!("{} (run {run_name})", file.display());
+            let exp = config::from_table(&label_text, table).map_err(|e| anyhow!("{e}"))?;
+            runs.push(RunPlan {
+                index: runs.len(),
+                name: run_name,
+                seed,
+                values,
+                base: base.clone(),
+            });
+            exps.push(exp);
+        }
+    }
+    let mut seen = std::collections::HashSet::new();
+    for r in &runs {
+        if !seen.insert(&r.name) {
+            bail!(
+                "{}: two runs are named `{}`; give the axes distinct [labels] or values",
+                file.display(),
+                r.name
+            );
+        }
+    }
+    let plan = Plan {
+        name,
+        file: file.to_path_buf(),
+        dir,
+        combine: sweep.combine,
+        seeds: sweep.seeds.clone(),
+        axes: axes
+            .iter()
+            .map(|(p, v)| {
+                (
+                    p.clone(),
+                    label(p),
+                    v.iter().map(|x| x.to_string()).collect(),
+                )
+            })
+            .collect(),
+        runs,
+    };
+    Ok((plan, exps))
+}
+
+/// A run's state as the sweep records it in `status/RUN.json`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct RunStatus {
+    /// `done`, `failed`, `interrupted` or `running`.
+    pub state: String,
+    pub attempts: u32,
+    /// The error (tail of the log) of a failed run.
+    pub error: Option<String>,
+    pub exit_code: Option<i32>,
+    pub seconds: f64,
+}
+
+fn status_path(plan: &Plan, run: &RunPlan) -> PathBuf {
+    plan.dir.join("status").join(format!("{}.json", run.name))
+}
+
+/// The recorded status of a run, if any.
+pub fn read_status(plan_dir: &Path, name: &str) -> Option<RunStatus> {
+    let p = plan_dir.join("status").join(format!("{name}.json"));
+    serde_json::from_str(&std::fs::read_to_string(p).ok()?).ok()
+}
+
+/// Whether a run finished: recorded done and its newest checkpoint is the last step.
+fn finished(plan: &Plan, run: &RunPlan, exp: &Experiment) -> bool {
+    let done = read_status(&plan.dir, &run.name).is_some_and(|s| s.state == "done");
+    let last = crate::checkpoint::list_checkpoints(&exp.run_dir())
+        .last()
+        .map(|(s, _)| *s);
+    done && last == Some(exp.train.steps)
+}
+
+/// Write `sweep.json` and every run's resolved experiment.
+pub fn write_plan(plan: &Plan, exps: &[Experiment]) -> Result<()> {
+    std::fs::create_dir_all(plan.dir.join("plans"))
+        .with_context(|| format!("creating {}", plan.dir.display()))?;
+    for (r, e) in plan.runs.iter().zip(exps) {
+        crate::checkpoint::write_atomic(
+            &plan.dir.join("plans").join(format!("{}.toml", r.name)),
+            e.to_toml().as_bytes(),
+        )?;
+    }
+    crate::checkpoint::write_atomic(
+        &plan.dir.join("sweep.json"),
+        serde_json::to_string_pretty(plan)?.as_bytes(),
+    )
+}
+
+/// Read a sweep directory's `sweep.json`.
+pub fn read_plan(dir: &Path) -> Result<Plan> {
+    let p = dir.join("sweep.json");
+    let text = std::fs::read_to_string(&p)
+        .with_context(|| format!("{}: not a sweep directory (no sweep.json)", dir.display()))?;
+    Ok(serde_json::from_str(&text)?)
+}
+
+/// Set by the signal handler of `sinklab sweep`.
+pub static STOP: AtomicBool = AtomicBool::new(false);
+
+/// What `run` did.
+#[derive(Debug, Default, Clone)]
+pub struct SweepOutcome {
+    pub done: Vec<String>,
+    pub skipped: Vec<String>,
+    pub failed: Vec<(String, String)>,
+    pub interrupted: Vec<String>,
+}
+
+/// The last `lines` non-blank lines of `path` written after byte `from` (this attempt's output).
+fn tail(path: &Path, from: u64, lines: usize) -> String {
+    let bytes = std::fs::read(path).unwrap_or_default();
+    let start = usize::try_from(from).unwrap_or(usize::MAX).min(bytes.len());
+    let text = String::from_utf8_lossy(&bytes[start..]);
+    let all: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// Run one run as a child process; returns its final status.
+fn run_child(
+    exe: &Path,
+    plan: &Plan,
+    run: &RunPlan,
+    threads: usize,
+    children: &Mutex<Vec<u32>>,
+) -> Result<RunStatus> {
+    let log_path = plan.dir.join("logs").join(format!("{}.log", run.name));
+    std::fs::create_dir_all(log_path.parent().expect("logs dir"))?;
+    let mut log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)?;
+    let attempts = read_status(&plan.dir, &run.name).map_or(0, |s| s.attempts) + 1;
+    {
+        use std::io::Write;
+        writeln!(log, "=== sinklab sweep: attempt {attempts} ===")?;
+    }
+    let log_start = log.metadata()?.len();
+    let write_status = |s: &RunStatus| -> Result<()> {
+        crate::checkpoint::write_atomic(
+            &status_path(plan, run),
+            serde_json::to_string_pretty(s)?.as_bytes(),
+        )
+    };
+    write_status(&RunStatus {
+        state: "running".into(),
+        attempts,
+        error: None,
+        exit_code: None,
+        seconds: 0.0,
+    })?;
+    let t0 = std::time::Instant::now();
+    let mut cmd = std::process::Command::new(exe);
+    cmd.arg("train")
+        .arg(plan.dir.join("plans").join(format!("{}.toml", run.name)))
+        .arg("--resume")
+        .arg("--quiet")
+        .env("RAYON_NUM_THREADS", threads.to_string())
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log);
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: prctl is async-signal-safe; the closure only makes that one call.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("starting {}", exe.display()))?;
+    children.lock().expect("children lock").push(child.id());
+    let status = child.wait()?;
+    children
+        .lock()
+        .expect("children lock")
+        .retain(|&p| p != child.id());
+    let code = status.code();
+    let summary: Option<serde_json::Value> =
+        std::fs::read_to_string(plan.dir.join(&run.name).join("summary.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok());
+    let was_interrupted = summary
+        .as_ref()
+        .is_some_and(|s| s["interrupted"].as_bool() == Some(true))
+        && code == Some(130);
+    let (state, error) = if status.success() {
+        ("done", None)
+    } else if was_interrupted || STOP.load(Ordering::SeqCst) {
+        ("interrupted", None)
+    } else {
+        ("failed", Some(tail(&log_path, log_start, 6)))
+    };
+    let s = RunStatus {
+        state: state.into(),
+        attempts,
+        error,
+        exit_code: code,
+        seconds: t0.elapsed().as_secs_f64(),
+    };
+    write_status(&s)?;
+    Ok(s)
+}
+
+/// Run (or continue) a sweep with `jobs` runs at a time; `only` restricts it to one run index
+/// (a SLURM array task).
+pub fn run(
+    plan: &Plan,
+    exps: &[Experiment],
+    jobs: usize,
+    only: Option<usize>,
+    log: &(dyn Fn(&str) + Sync),
+) -> Result<SweepOutcome> {
+    write_plan(plan, exps)?;
+    let exe = std::env::current_exe().context("locating the sinklab binary")?;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let jobs = jobs.max(1);
+    let threads = (cores / jobs).max(1);
+    let mut queue: Vec<usize> = match only {
+        Some(i) if i >= plan.runs.len() => {
+            bail!("--index {i}: the sweep has runs 0..{}", plan.runs.len())
+        }
+        Some(i) => vec![i],
+        None => (0..plan.runs.len()).collect(),
+    };
+    let outcome = Mutex::new(SweepOutcome::default());
+    queue.retain(|&i| {
+        if finished(plan, &plan.runs[i], &exps[i]) {
+            outcome
+                .lock()
+                .expect("outcome")
+                .skipped
+                .push(plan.runs[i].name.clone());
+            false
+        } else {
+            true
+        }
+    });
+    let total = queue.len();
+    let skipped = outcome.lock().expect("outcome").skipped.len();
+    log(&format!(
+        "sweep {}: {} runs ({skipped} already finished, {total} to run), {jobs} at a time × {threads} threads; directory {}",
+        plan.name,
+        plan.runs.len(),
+        plan.dir.display()
+    ));
+    let queue = Mutex::new(queue.into_iter());
+    let children = Mutex::new(Vec::<u32>::new());
+    let bar = crate::train::progress_bar(total as u64, "runs");
+    let active = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        let workers = jobs.min(total.max(1));
+        active.store(workers, Ordering::SeqCst);
+        for _ in 0..workers {
+            scope.spawn(|| {
+                loop {
+                    if STOP.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    let Some(i) = queue.lock().expect("queue").next() else {
+                        break;
+                    };
+                    let run = &plan.runs[i];
+                    bar.println(format!("start {}", run.name));
+                    let res = run_child(&exe, plan, run, threads, &children);
+                    let mut o = outcome.lock().expect("outcome");
+                    match res {
+                        Ok(s) if s.state == "done" => {
+                            bar.println(format!("done  {} ({:.0} s)", run.name, s.seconds));
+                            o.done.push(run.name.clone());
+                        }
+                        Ok(s) if s.state == "interrupted" => {
+                            bar.println(format!("interrupted {}", run.name));
+                            o.interrupted.push(run.name.clone());
+                        }
+                        Ok(s) => {
+                            let e = s.error.unwrap_or_default();
+                            bar.println(format!(
+                                "FAILED {}: {}",
+                                run.name,
+                                e.lines().last().unwrap_or("")
+                            ));
+                            o.failed.push((run.name.clone(), e));
+                        }
+                        Err(e) => {
+                            bar.println(format!("FAILED {}: {e:#}", run.name));
+                            o.failed.push((run.name.clone(), format!("{e:#}")));
+                        }
+                    }
+                    bar.inc(1);
+                }
+                active.fetch_sub(1, Ordering::SeqCst);
+            });
+        }
+        // Forward a stop request to the children (they checkpoint and exit), including children
+        // started while the request arrived.
+        scope.spawn(|| {
+            let mut signalled = std::collections::HashSet::new();
+            while active.load(Ordering::SeqCst) > 0 {
+                if STOP.load(Ordering::SeqCst) {
+                    for &pid in children.lock().expect("children").iter() {
+                        if signalled.insert(pid) {
+                            // SAFETY: sending a signal to our own child process id.
+                            unsafe {
+                                libc::kill(pid as libc::pid_t, libc::SIGINT);
+                            }
+                        }
+                    }
+                }
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+        });
+    });
+    bar.finish_and_clear();
+    let o = outcome.into_inner().expect("outcome");
+    Ok(o)
+}
+
+/// A SLURM job-array script with one array task per run (`sinklab sweep FILE --index N`);
+/// finished runs are skipped and unfinished ones resume, exactly as locally.
+pub fn slurm_script(
+    plan: &Plan,
+    exps: &[Experiment],
+    exe: &Path,
+    cwd: &Path,
+    out_dir: Option<&Path>,
+) -> String {
+    let n = plan.runs.len();
+    // GPUs per task: the most any run asks for (run.devices on a GPU backend).
+    let gpus = exps
+        .iter()
+        .filter(|e| e.run.device != config::DeviceKind::Flex)
+        .map(|e| e.run.devices)
+        .max();
+    let gpu_line = match gpus {
+        Some(g) => format!("#SBATCH --gres=gpu:{g}\n"),
+        None => String::new(),
+    };
+    format!(
+        "#!/bin/bash\n\
+         # SLURM job array for sinklab sweep `{name}` ({n} runs), written by `sinklab sweep --emit slurm`.\n\
+         # Submit with: sbatch {script}\n\
+         # Every task runs one run; re-submitting skips finished runs and resumes the others.\n\
+         # Add your cluster's partition, account and time limit below.\n\
+         #SBATCH --job-name=sinklab-{name}\n\
+         #SBATCH --array=0-{last}\n\
+         #SBATCH --output={dir}/logs/slurm-%A_%a.out\n\
+         #SBATCH --cpus-per-task=2\n\
+         {gpu_line}\
+         set -euo pipefail\n\
+         cd {cwd}\n\
+         exec {exe} sweep {file}{out} --index \"$SLURM_ARRAY_TASK_ID\"\n",
+        name = plan.name,
+        script = plan.dir.join("slurm.sh").display(),
+        last = n.saturating_sub(1),
+        dir = plan.dir.display(),
+        cwd = cwd.display(),
+        exe = exe.display(),
+        file = plan.file.display(),
+        out = out_dir.map_or(String::new(), |d| format!(" --out-dir {}", d.display())),
+    )
+}
