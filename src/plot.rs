@@ -58,6 +58,10 @@ fn render(
         let mut enc = png::Encoder::new(&mut out, w, h);
         enc.set_color(png::ColorType::Rgb);
         enc.set_depth(png::BitDepth::Eight);
+        // Charts are mostly flat colour: best deflate with per-row adaptive filters makes them
+        // several times smaller than the defaults.
+        enc.set_compression(png::Compression::Best);
+        enc.set_adaptive_filter(png::AdaptiveFilterType::Adaptive);
         enc.write_header()?.write_image_data(&buf)?;
     }
     Ok(out)
@@ -498,22 +502,17 @@ pub fn bars(b: &Bars) -> Result<Vec<u8>> {
             .build_cartesian_2d((0..n).into_segmented(), bottom_v..top)
             .map_err(err)?;
         let step = thin(n, (w as usize - 160) / if vertical { 16 } else { 60 });
-        let x_style = if vertical {
-            TextStyle::from((FONT, 12).into_font()).transform(FontTransform::Rotate270)
-        } else {
-            TextStyle::from((FONT, 12).into_font())
-        };
         chart
             .configure_mesh()
             .disable_x_mesh()
             .x_desc(b.x_label)
             .y_desc(b.y_label)
             .label_style((FONT, 12))
-            .x_label_style(x_style)
             .axis_desc_style((FONT, 14))
             .x_labels(n.min(200))
             .x_label_formatter(&|v| match v {
-                SegmentValue::CenterOf(i) if *i < n && i % step == 0 => {
+                // vertical labels are drawn below, by hand
+                SegmentValue::CenterOf(i) if *i < n && i % step == 0 && !vertical => {
                     b.labels[*i].chars().take(max_chars).collect()
                 }
                 _ => String::new(),
@@ -521,6 +520,23 @@ pub fn bars(b: &Bars) -> Result<Vec<u8>> {
             .y_label_formatter(&|v| tick(*v, false))
             .draw()
             .map_err(err)?;
+        if vertical {
+            // Read top to bottom, starting just below the axis: plotters centres rotated text
+            // on its anchor, so the anchor sits half the text's length below the axis.
+            let style = TextStyle::from((FONT, 12).into_font())
+                .transform(FontTransform::Rotate90)
+                .pos(plotters::style::text_anchor::Pos::new(
+                    plotters::style::text_anchor::HPos::Center,
+                    plotters::style::text_anchor::VPos::Center,
+                ));
+            for (i, label) in b.labels.iter().enumerate().filter(|(i, _)| i % step == 0) {
+                let text: String = label.chars().take(max_chars).collect();
+                let (tw, _) = root.estimate_text_size(&text, &style).map_err(err)?;
+                let (x, y) = chart.backend_coord(&(SegmentValue::CenterOf(i), bottom_v));
+                root.draw(&Text::new(text, (x, y + 8 + tw as i32 / 2), style.clone()))
+                    .map_err(err)?;
+            }
+        }
         let rects = b
             .values
             .iter()
@@ -626,6 +642,25 @@ mod tests {
         })
         .unwrap();
         assert_eq!(size(&png).1, 560);
+        // Labels wider than their bars are drawn vertically, in a taller label area.
+        let long: Vec<String> = [16, 32, 64, 128]
+            .iter()
+            .map(|w| format!("mask-sliding_window-w{w}"))
+            .collect();
+        let png = bars(&Bars {
+            title: "b",
+            x_label: "x",
+            y_label: "y",
+            labels: &long,
+            values: &[1.0, 2.0, 3.0, 4.0],
+            err: None,
+            highlight: &[],
+        })
+        .unwrap();
+        if let Ok(p) = std::env::var("SINKLAB_PLOT_OUT") {
+            save(Path::new(&p), &png).unwrap();
+        }
+        assert_eq!(size(&png), (700, 500 + 24 * 7 + 30));
     }
 
     #[test]

@@ -426,9 +426,10 @@ pub fn report(dir: &Path, eps: f64, threshold: f64) -> Result<String> {
                     .iter()
                     .any(|s| s.top_sink().is_some_and(|t| t.0 != 1 && t.1.0 > threshold));
                 for s in &settings {
+                    // Zipped axes move together: one line through every setting.
                     let others: Vec<String> = axes
                         .iter()
-                        .filter(|(p, _)| p != path)
+                        .filter(|(p, _)| p != path && plan.combine == sweep::Combine::Grid)
                         .map(|(p, l)| {
                             format!("{l}={}", s.values.get(p).cloned().unwrap_or_default())
                         })
