@@ -62,6 +62,41 @@ pub fn devices(kind: DeviceKind, n: usize) -> Result<Vec<Device>> {
         return Ok(vec![device(kind)?]);
     }
     device(kind)?; // reports a missing cargo feature
+    let list = gpu_list(kind, n)?;
+    // A device index past the machine's GPUs only fails (with a panic inside CubeCL) at its
+    // first use: touch each one now and turn a failure into an error that says what to change.
+    let quiet = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let failed = list.iter().enumerate().find_map(|(i, d)| {
+        std::panic::catch_unwind(|| {
+            burn::tensor::Tensor::<1>::zeros([1], d)
+                .into_data()
+                .try_to_vec::<f32>()
+                .map(|_| ())
+        })
+        .map_err(|p| {
+            let msg = p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            (i, msg)
+        })
+        .err()
+    });
+    std::panic::set_hook(quiet);
+    if let Some((i, msg)) = failed {
+        bail!(
+            "run.devices = {n}: {} device {i} cannot be used ({}); this machine has fewer GPUs \
+             than that: lower run.devices",
+            kind.name(),
+            msg.lines().next().unwrap_or("no message")
+        );
+    }
+    Ok(list)
+}
+
+fn gpu_list(kind: DeviceKind, n: usize) -> Result<Vec<Device>> {
     match kind {
         DeviceKind::Flex => bail!("run.devices = {n} needs a GPU device (cuda or wgpu)"),
         #[cfg(feature = "cuda")]
