@@ -389,14 +389,13 @@ pub struct RunStatus {
     pub seconds: f64,
 }
 
-fn status_path(plan: &Plan, run: &RunPlan) -> PathBuf {
-    plan.dir.join("status").join(format!("{}.json", run.name))
+fn status_path(plan_dir: &Path, name: &str) -> PathBuf {
+    plan_dir.join("status").join(format!("{name}.json"))
 }
 
 /// The recorded status of a run, if any.
 pub fn read_status(plan_dir: &Path, name: &str) -> Option<RunStatus> {
-    let p = plan_dir.join("status").join(format!("{name}.json"));
-    serde_json::from_str(&std::fs::read_to_string(p).ok()?).ok()
+    serde_json::from_str(&std::fs::read_to_string(status_path(plan_dir, name)).ok()?).ok()
 }
 
 /// Whether a run finished: recorded done and its newest checkpoint is the last step.
@@ -475,7 +474,7 @@ fn run_child(
     let log_start = log.metadata()?.len();
     let write_status = |s: &RunStatus| -> Result<()> {
         crate::checkpoint::write_atomic(
-            &status_path(plan, run),
+            &status_path(&plan.dir, &run.name),
             serde_json::to_string_pretty(s)?.as_bytes(),
         )
     };
