@@ -9,7 +9,7 @@ Nothing here imports or reads sinklab: the forward pass is written from the mode
 specification (parameter names and shapes, forward, attention steps 1-13, the `[model]` TOML
 schema and the probe definition), in float64, numpy only.
 
-For each of 64 tiny cases (d_model 8, 2 layers, 2 heads, d_ff 12, ctx 6, vocab 11, batch 2,
+For each of 65 tiny cases (d_model 8, 2 layers, 2 heads, d_ff 12, ctx 6, vocab 11, batch 2,
 with a few cases at other sizes) the script draws weights (rounded to float32, since that is what
 the Rust model holds), tokens, targets and a loss mask from a generator seeded by the case name,
 and records the logits, the masked mean NLL, the probe attention weights of layer 1 and the
@@ -78,7 +78,7 @@ GAIN_KEYS = {
 GATED = {"swiglu": "silu", "geglu": "gelu", "reglu": "relu"}
 GAIN_KEYS["sas"] = [("beta_ff", "beta_ff")]
 GAIN_KEYS["sas_p"] = [("beta_sa", "beta_sa"), ("beta_ff", "beta_ff")]
-# Skipless keys (REFERENCE §3), absent from the base config and from the cases that predate them.
+# Skipless keys (docs/reference.md §3), absent from the base config and from the cases that predate them.
 SKIPLESS_MODEL_KEYS = {"input_norm"}
 SKIPLESS_ATTENTION_KEYS = {"query_init", "shaping", "value_output", "spa"}
 
@@ -343,7 +343,7 @@ def elu1(x):
 
 
 def spa_layers(spa, L, T):
-    """(Gamma_l, D_l) for l = 1..L: A_l = chol(S_l) inv(chol(S_{l-1})) (REFERENCE §3.3)."""
+    """(Gamma_l, D_l) for l = 1..L: A_l = chol(S_l) inv(chol(S_{l-1})) (docs/reference.md §3.3)."""
     def sigma(l):
         if l == 0:
             return np.eye(T)
@@ -516,6 +516,9 @@ def normalise(s, vis, nm, m, kinks):
             kinks.see(tot)
             kinks.see(np.abs(tot) - 1.0)
             return w / np.maximum(np.abs(tot), 1.0)
+        if nm["normaliser"] == "sum":
+            # Gu et al.'s code: divide by the row sum plus 1e-8 (no absolute value, no floor)
+            return w / (w.sum(axis=-1, keepdims=True) + 1e-8)
         raise ValueError(nm)
     raise ValueError(nm)
 
@@ -768,6 +771,8 @@ def build_cases():
          attention=att(normaliser={"kind": "linear", "feature_map": "identity", "normaliser": "max_abs_sum"}))
     case("linear_elu1_max_abs_sum", "linear attention, elu1 feature map, max_abs_sum",
          attention=att(normaliser={"kind": "linear", "feature_map": "elu1", "normaliser": "max_abs_sum"}))
+    case("linear_elu1_sum", "linear attention, elu1 feature map, divided by the row sum + 1e-8 (Gu et al.)",
+         attention=att(normaliser={"kind": "linear", "feature_map": "elu1", "normaliser": "sum"}))
     case("linear_mlp_max_abs_sum", "linear attention, mlp feature map (phi.w1, phi.w2), max_abs_sum",
          attention=att(normaliser={"kind": "linear", "feature_map": "mlp", "normaliser": "max_abs_sum"}))
     case("row_scale_0p5", "softmax weights scaled by 0.5", attention=att(row_scale=0.5))
@@ -854,7 +859,7 @@ def build_cases():
          norm={"kind": "layer_norm", "eps": 1e-5}, block={"kind": "post_norm"},
          attention=att(normaliser={"kind": "softmax_n", "n": 1.0}, slot={"kind": "memory_kv", "n": 1},
                        gate={"kind": "elementwise"}, mask={"kind": "sinks_window", "sinks": 1, "w": 2}))
-    # Skipless transformers (REFERENCE §3). Weights are random here (ΔW, gains, W_Q non-zero),
+    # Skipless transformers (docs/reference.md §3). Weights are random here (ΔW, gains, W_Q non-zero),
     # so every gradient is exercised; the init values only matter to sinklab's tests of init.
     orth = {"kind": "reparam", "init": "orthogonal",
             "alpha": {"init": 1.0, "trainable": True}, "beta": {"init": 1.0, "trainable": True}}

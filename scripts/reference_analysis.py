@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Independent NumPy reference for the analysis suite (REFERENCE §4, §7) and its fixture.
+"""Independent NumPy reference for the analysis suite (docs/reference.md §4, §7) and its fixture.
 
     ~/.cache/sinklab-venv/bin/python scripts/reference_analysis.py   # writes tests/fixtures/analysis_golden.json
 
@@ -10,8 +10,9 @@ left singular vectors u_1..u_d (descending singular value) are split into `bands
 band j = vectors ⌊(j−1)d/bands⌋ .. ⌊jd/bands⌋; the last band is dark.
   Φ_k = Σ_{bands ≤ k} u uᵀ,   Ω_k = Φ_k + Φ_dark,   energy_j(h) = ‖U_jᵀ h‖² / ‖h‖²,
   dark ratio(h) = ‖Φ_dark h‖ / ‖(I − Φ_dark) h‖,   write share_j(W) = ‖W U_j‖²_F / ‖W‖²_F,
-  Ψ = I − P_both, P_both = projector on the principal vectors of the two dark bands (of M and
-  a second matrix M2) with principal cosine ≥ c (from the SVD of U_darkᵀ U2_dark).
+  Ψ_k = I − Φ_{e,(k+1):n} Φ_{u,(k+1):n} for k = 0..n: the product of the two tail projectors
+  (bands k+1..n) of a second matrix M2 (the embedding side, e) and of M (the unembedding side,
+  u), subtracted from the identity, as a map on column vectors h ↦ Ψ_k h (Cancedda 2024).
 
 Attention geometry. For queries q and keys k (B, H, T, d_h), per head, over queries t ≥ 1:
   cos_first = mean cos(q_t, k_0), norm_first = mean ‖q_t‖‖k_0‖/√d_h; the same over keys
@@ -55,17 +56,13 @@ def dark_case(rng):
     Pd = proj(U, cols([nb - 1]))
     ratio = [float(np.linalg.norm(Pd @ h) / np.linalg.norm(h - Pd @ h)) for h in H]
     share = [float(np.sum((W @ U[:, cols([j])]) ** 2) / np.sum(W ** 2)) for j in range(nb)]
-    Ud, U2d = U[:, cols([nb - 1])], U2[:, cols([nb - 1])]
-    a, s, _ = np.linalg.svd(Ud.T @ U2d)
-    cos_min = 0.9
-    keep = s >= cos_min
-    Pb = sum((np.outer(Ud @ a[:, i], Ud @ a[:, i]) for i in np.where(keep)[0]), np.zeros((d, d)))
+    psi = [np.eye(d) - proj(U2, cols(range(k, nb))) @ proj(U, cols(range(k, nb))) for k in range(nb + 1)]
     return {
         "m": arr(M), "m2": arr(M2), "bands": nb, "singular_values": S.tolist(), "edges": edges,
         "phi": [arr(proj(U, cols(range(k)))) for k in range(nb + 1)],
         "omega2": arr(proj(U, cols([0, 1, nb - 1]))),
         "h": arr(H), "energy": energy, "dark_ratio": ratio, "w": arr(W), "write_share": share,
-        "psi_cos": cos_min, "psi_dims": int(keep.sum()), "psi": arr(np.eye(d) - Pb),
+        "psi": [arr(p) for p in psi],
     }
 
 

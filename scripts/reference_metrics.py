@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Independent NumPy reference for sinklab's sink metrics (REFERENCE.md §4).
+"""Independent NumPy reference for sinklab's sink metrics (docs/reference.md §4).
 
 Regenerate the fixture the Rust tests compare against (numpy pinned in
 scripts/requirements.txt; `bash scripts/setup_python.sh` creates the venv):

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Independent NumPy reference for U-SPA / E-SPA (REFERENCE §3.3) and its golden fixture.
+"""Independent NumPy reference for U-SPA / E-SPA (docs/reference.md §3.3) and its golden fixture.
 
     ~/.cache/sinklab-venv/bin/python scripts/reference_spa.py   # writes tests/fixtures/spa_golden.json
 

@@ -1,8 +1,9 @@
-//! Dark signals (Cancedda, ACL 2024; REFERENCE §7) as pure f64 maths on host matrices.
+//! Dark signals (Cancedda, ACL 2024; docs/reference.md §7) as pure f64 maths on host matrices.
 //!
-//! A residual-side matrix M (d × n) — the unembedding `diag(g) W_U` (d × V, the final norm's
-//! gain g folded in, since that is the map the residual stream meets) or the embedding `Eᵀ`
-//! (d × V) — has left singular vectors `u_1..u_d` in the residual space, by descending singular
+//! A residual-side matrix M (d × n) — the unembedding W_U (d × V) as the paper decomposes it,
+//! or `diag(g) W_U` with the final norm's gain g folded in (the map the normalised residual
+//! stream actually meets; `sinklab dark --w-u folded`), or the embedding `Eᵀ` (d × V) — has
+//! left singular vectors `u_1..u_d` in the residual space, by descending singular
 //! value. They are split into `n_bands` contiguous bands of (nearly) equal size, band j holding
 //! vectors `⌊(j−1)d/n⌋ .. ⌊jd/n⌋`; the last band is the "dark" band. With `V_S` the vectors of
 //! a set S of bands, the projector is `Φ_S = V_S V_Sᵀ`.
@@ -12,9 +13,8 @@
 //! - write share of a write matrix W (rows in the residual space, e.g. one head's rows of W_O
 //!   or W_down): `‖W V_j‖²_F / ‖W‖²_F`;
 //! - filters: `Φ_k` keeps bands 1..k; `Ω_k` keeps bands 1..k and the dark band ("sink
-//!   preserving"); `Ψ = I − P_both` removes what is dark for both W_U and W_E, where `P_both`
-//!   projects onto the principal vectors of the two dark subspaces whose principal angle has
-//!   cosine ≥ `both_cos` (for a tied model they coincide up to the folded gain).
+//!   preserving"); `Ψ_k = I − Φ_{e,(k+1):n} Φ_{u,(k+1):n}` removes the joint tail of the W_E
+//!   and W_U band projectors from band k+1 on.
 //!
 //! Eigenvectors come from cyclic Jacobi rotations on the Gram matrix `M Mᵀ` (exact to f64
 //! rounding; d ≤ a few thousand).
@@ -269,50 +269,21 @@ fn projector_of(basis: &[f64], d: usize, cols: &[usize]) -> Mat {
     p
 }
 
-/// Ψ = I − P_both: remove the directions that are dark for both `a` and `b` (principal vectors
-/// of the two dark bands with principal-angle cosine ≥ `both_cos`). Returns Ψ and the
-/// dimension of the removed subspace.
-pub fn psi(a: &Bands, b: &Bands, both_cos: f64) -> (Mat, usize) {
-    let d = a.d;
-    let da = a.columns(&[a.n_bands() - 1]);
-    let db = b.columns(&[b.n_bands() - 1]);
-    // C = V_aᵀ V_b (|da| × |db|); its singular values are the principal cosines and the
-    // principal vectors in a's dark band are V_a times C's left singular vectors.
-    let (ra, rb) = (da.len(), db.len());
-    let mut c = vec![0.0; ra * rb];
-    for (i, &ca) in da.iter().enumerate() {
-        for (j, &cb) in db.iter().enumerate() {
-            c[i * rb + j] = (0..d)
-                .map(|k| a.basis[k * d + ca] * b.basis[k * d + cb])
-                .sum();
-        }
-    }
-    let cct = matmul(&c, &transpose(&c, ra, rb), ra, rb, ra);
-    let (vals, vecs) = sym_eigen(&cct, ra);
-    let mut p = vec![0.0; d * d];
-    let mut kept = 0;
-    for (idx, &lam) in vals.iter().enumerate() {
-        if lam.max(0.0).sqrt() < both_cos {
-            continue;
-        }
-        kept += 1;
-        let u: Vec<f64> = (0..d)
-            .map(|k| {
-                da.iter()
-                    .enumerate()
-                    .map(|(i, &ca)| a.basis[k * d + ca] * vecs[i * ra + idx])
-                    .sum()
-            })
-            .collect();
-        for i in 0..d {
-            for j in 0..d {
-                p[i * d + j] += u[i] * u[j];
-            }
-        }
-    }
+/// `Ψ_k = I − Φ_{e,(k+1):n} Φ_{u,(k+1):n}` (Cancedda 2024, docs/reference.md §7), k = 0..=n: removes
+/// from h what survives projecting onto the tail bands k+1..n (0-based bands `k..n`) of the
+/// unembedding `u` and then of the embedding `e`, i.e. what is dark for both from band k+1 on.
+/// A map on column vectors, `h ↦ Ψ_k h`; not symmetric unless the two tails commute. `Ψ_n = I`
+/// (nothing removed); `Ψ_0 = 0`.
+pub fn psi(u: &Bands, e: &Bands, k: usize) -> Mat {
+    let d = u.d;
+    assert_eq!(e.d, d, "both bases live in the residual space");
+    let n = u.n_bands();
+    assert!(k <= n, "k = {k} > {n} bands");
+    let tail: Vec<usize> = (k..n).collect();
+    let both = matmul(&e.projector(&tail), &u.projector(&tail), d, d, d);
     let mut psi = identity(d);
-    psi.iter_mut().zip(&p).for_each(|(x, y)| *x -= y);
-    (psi, kept)
+    psi.iter_mut().zip(&both).for_each(|(x, y)| *x -= y);
+    psi
 }
 
 /// Transpose of a row-major n × m matrix.
@@ -392,19 +363,16 @@ mod tests {
     }
 
     #[test]
-    fn psi_of_identical_bands_removes_the_dark_band() {
+    fn psi_of_identical_bands_removes_the_tail() {
         let (d, n) = (20, 30);
         let a = Bands::from_matrix(&random_matrix(d, n, 4), d, n, 4);
-        let (p, kept) = psi(&a, &a, 0.9);
-        assert_eq!(kept, 5);
-        let mut want = identity(d);
-        want.iter_mut()
-            .zip(a.projector(&[3]))
-            .for_each(|(x, y)| *x -= y);
-        close(&p, &want, 1e-9);
-        // two random bases' dark bands share (almost) nothing at cos ≥ 0.99
+        for k in 0..=4 {
+            // With e = u the tail projector is idempotent: Ψ_k = I − Φ_tail = Φ_k.
+            close(&psi(&a, &a, k), &a.phi(k), 1e-9);
+        }
         let b = Bands::random(d, 4, 9);
-        assert_eq!(psi(&a, &b, 0.99).1, 0);
+        close(&psi(&a, &b, 4), &identity(d), 0.0);
+        close(&psi(&a, &b, 0), &vec![0.0; d * d], 1e-10);
     }
 
     #[test]

@@ -472,15 +472,20 @@ impl Sampler {
 }
 
 impl Sampler {
-    /// Give a fixed (validation) batch the training sequences' token changes: the fixed token at
-    /// its position and uniformly random tokens at `data.random_tokens` (drawn from a constant
-    /// seed, so the probe set is the same at every step and in every run). Sink metrics are then
-    /// measured on the distribution the model was trained on (Gu et al. measure the sink of a
-    /// fixed-token run on sequences that carry the token). Positions count from 1 over the
-    /// sequence including BOS, as in training; the changed tokens' targets keep their weight,
-    /// since probes compute no loss.
+    /// Whether the training sequences carry token changes (a fixed token or random tokens).
+    pub fn has_token_changes(&self) -> bool {
+        !self.random_positions.is_empty() || self.fixed.is_some()
+    }
+
+    /// Give a fixed (validation or probe) batch the training sequences' token changes: the
+    /// fixed token at its position and uniformly random tokens at `data.random_tokens` (drawn
+    /// from a constant seed, so the set is the same at every step and in every run). Sink
+    /// metrics and the validation loss are then measured on the distribution the model was
+    /// trained on (Gu et al. measure the sink of a fixed-token run on sequences that carry the
+    /// token). Positions count from 1 over the sequence including BOS, as in training; as in
+    /// training, the targets that predict a changed token get loss weight 0.
     pub fn apply_token_changes(&self, b: &mut Batch) {
-        if self.random_positions.is_empty() && self.fixed.is_none() {
+        if !self.has_token_changes() {
             return;
         }
         let mut rng = ChaCha8Rng::seed_from_u64(0x0005_1E4B_9A0B_E5E7);
@@ -493,6 +498,7 @@ impl Sampler {
                 }
                 if p >= 2 && p - 2 < len {
                     b.targets[row * len + p - 2] = tok;
+                    b.loss_mask[row * len + p - 2] = 0.0;
                 }
             };
             for &p in &self.random_positions {
@@ -708,6 +714,9 @@ mod tests {
             );
             assert_eq!(x[2], 77);
             assert_eq!(y[1], 77, "the target before position 3 is the fixed token");
+            let m = &a.loss_mask[r * 10..][..10];
+            assert_eq!(m[1], 0.0, "predicting the fixed token is not scored");
+            assert!(m.iter().enumerate().all(|(i, &w)| i == 1 || w == 1.0));
             assert_eq!(&x[3..], &nx[3..]);
             assert_eq!(&y[2..], &ny[2..]);
             assert_eq!(x[1], nx[1]);

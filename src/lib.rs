@@ -1,28 +1,34 @@
 //! sinklab: a Burn-based training framework for studying attention sinks and skipless
-//! transformers. See README.md for the tour and `../shared/REFERENCE.md` for the formulas.
+//! transformers. README.md gives the tour and the layout; docs/reference.md the formulas,
+//! definitions and published numbers the code follows.
 //!
-//! Layout: `config` (strict experiment schema), `data` (corpora, tokenization, sampler),
-//! `tokenizer`, `model` (the LM, attention by hand), `optim` (AdamW, schedules, clipping),
-//! `metrics` (pure sink-metric maths), `signal` (U-SPA / E-SPA
-//! construction, token-kernel statistics), `train` (the loop), `checkpoint` (atomic files,
-//! safetensors), `tensorboard` (event-file writer), `backend` (devices, provenance), `bench`.
+//! Layers, from the bottom: pure maths and formats (`metrics`, `spa`, `dark`, `checkpoint`,
+//! `tensorboard`, `plot`, `tokenizer`), the schema (`config`), data (`data`), devices
+//! (`backend`, `parallel`), the model (`model`), optimisation (`optim`), evaluation and probes
+//! (`eval`), the run directory (`run`, `recorder`, `progress`), the training loop (`train`),
+//! decoding (`generate`), analyses (`analysis`), sweeps (`sweep`, `report`), benchmarks
+//! (`bench`) and the command line (`commands`). A module only uses modules below it.
 
-pub mod analyze;
-pub mod attention;
+pub mod analysis;
 pub mod backend;
 pub mod bench;
 pub mod checkpoint;
+pub mod commands;
 pub mod config;
 pub mod dark;
 pub mod data;
+pub mod eval;
 pub mod generate;
 pub mod metrics;
 pub mod model;
 pub mod optim;
 pub mod parallel;
 pub mod plot;
+pub mod progress;
+pub mod recorder;
 pub mod report;
-pub mod signal;
+pub mod run;
+pub mod spa;
 pub mod sweep;
 pub mod tensorboard;
 pub mod tokenizer;

@@ -1,4 +1,4 @@
-//! Sink metrics as pure functions on plain arrays (REFERENCE §4; Gu et al., ICLR 2025;
+//! Sink metrics as pure functions on plain arrays (docs/reference.md §4; Gu et al., ICLR 2025;
 //! Sun et al., 2024). Nothing here touches Burn: the probe path copies tensors to the host and
 //! these functions do the maths, so they are tested on hand-built matrices.
 //!
@@ -14,7 +14,7 @@
 //! - massive activations: entries with |x| > 100 and |x| ≥ 1000 · median|h| of that
 //!   sequence's layer output (Sun et al.), counted per sequence and averaged;
 //! - key/value norms: `mean_{b,h} ‖k_{b,h,0}‖` against `mean_{b,h,t≥1} ‖k_{b,h,t}‖`;
-//! - slots (REFERENCE §1.2, §4): a layer's weights have slot columns (sink logit, KV/K bias,
+//! - slots (docs/reference.md §1.2, §4): a layer's weights have slot columns (sink logit, KV/K bias,
 //!   memory keys) and sink-token columns in front of the real tokens. [`split_attention`] turns
 //!   them into real-token attention (B, H, T, T) and the mass each real query puts on the slots
 //!   (B, H, T), through a [`Proxy`] for non-softmax normalisers; `Sink₁*` on the slot is
@@ -24,6 +24,20 @@
 
 use crate::config::{FeatureMap, NormaliserConfig};
 use std::collections::BTreeMap;
+
+/// The headline threshold of Sink₁ (Gu et al.: ε = 0.3 on T = 64 probes): the ε of the logged
+/// Sink₁, of summaries, of `sinklab report`'s default and of the analysis plots.
+pub const HEADLINE_EPS: f64 = 0.3;
+
+/// F-Attn of uniform causal attention over `t` keys: query i (1-based) gives 1/i to token 1,
+/// so the mean over the queries is `H_t / t` (H_t the harmonic number): 0.0741 at t = 64. A
+/// model's F-Attn means something only relative to this floor.
+pub fn uniform_first_mass(t: usize) -> f64 {
+    if t == 0 {
+        return 0.0;
+    }
+    (1..=t).map(|i| 1.0 / i as f64).sum::<f64>() / t as f64
+}
 
 /// A dense row-major array with its shape.
 #[derive(Debug, Clone, PartialEq)]
@@ -43,7 +57,7 @@ impl Array {
     }
 }
 
-/// How a layer's attention rows become the weights the metrics see (REFERENCE §4).
+/// How a layer's attention rows become the weights the metrics see (docs/reference.md §4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Proxy {
     /// Rows already sum to 1 (softmax, normalised sigmoid / elu+1): used as they are.
@@ -386,14 +400,14 @@ impl SinkReport {
         }
     }
 
-    /// Sink₁ at ε = 0.3 (the headline number), if 0.3 is in the grid.
+    /// Sink₁ at the headline ε ([`HEADLINE_EPS`]), if it is in the grid.
     pub fn sink1(&self) -> Option<f64> {
-        self.sink_rate.get("0.3").map(|v| v[0])
+        self.sink_rate.get(&eps_name(HEADLINE_EPS)).map(|v| v[0])
     }
 
-    /// Sink₁* on the slot at ε = 0.3, if the model has a slot and 0.3 is in the grid.
+    /// Sink₁* on the slot at the headline ε, if the model has a slot and ε is in the grid.
     pub fn slot_sink1(&self) -> Option<f64> {
-        self.slot_rate.get("0.3").copied()
+        self.slot_rate.get(&eps_name(HEADLINE_EPS)).copied()
     }
 
     /// F-Attn: mean first-token attention over layers.
@@ -472,6 +486,23 @@ impl SinkReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn uniform_causal_attention_gives_the_f_attn_floor() {
+        // H_64 / 64 = 4.743890... / 64 (harmonic number by hand to 6 digits)
+        assert!((uniform_first_mass(64) - 0.074123).abs() < 5e-7);
+        assert_eq!(uniform_first_mass(1), 1.0);
+        // A uniform causal (1, 1, T, T) matrix has exactly this F-Attn.
+        let t = 9;
+        let mut data = vec![0f32; t * t];
+        for i in 0..t {
+            for j in 0..=i {
+                data[i * t + j] = 1.0 / (i + 1) as f32;
+            }
+        }
+        let a = Array::new(vec![1, 1, t, t], data);
+        assert!((first_token_mass(&a) - uniform_first_mass(t)).abs() < 1e-7);
+    }
 
     /// Two heads, T = 3, built by hand.
     fn tiny() -> Array {

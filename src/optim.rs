@@ -70,17 +70,33 @@ pub fn decays(policy: DecayPolicy, name: &str, rank: usize) -> bool {
 
 /// Tracks the module path during a visit/map.
 #[derive(Default)]
-struct PathStack(Vec<String>);
+struct PathStack(Vec<Option<String>>);
+
+/// Fields that hold an axis module (an enum owning its variant's parameters): they and the
+/// variant name are left out of parameter names, so that checkpoints keep the flat names
+/// (`blocks.0.attn.k_star`, not `blocks.0.attn.slot.KeyValue.k_star`).
+const TRANSPARENT_FIELDS: [(&str, &str); 2] = [
+    ("Struct:Attention", "slot"),
+    ("Struct:Attention", "shaping"),
+];
 
 impl PathStack {
-    fn enter(&mut self, name: &str) {
-        self.0.push(name.to_string());
+    /// Enter a module field (`container` is Burn's `Struct:Name` or `Enum:Name`).
+    fn enter(&mut self, name: &str, container: &str) {
+        let transparent =
+            container.starts_with("Enum:") || TRANSPARENT_FIELDS.contains(&(container, name));
+        self.0.push((!transparent).then(|| name.to_string()));
     }
     fn exit(&mut self) {
         self.0.pop();
     }
     fn name(&self) -> String {
-        self.0.join(".")
+        self.0
+            .iter()
+            .flatten()
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(".")
     }
 }
 
@@ -100,8 +116,8 @@ pub fn export_params_where<M: Module>(
         keep: &'a dyn Fn(&str) -> bool,
     }
     impl ModuleVisitor for V<'_> {
-        fn enter_module(&mut self, name: &str, _: &str) {
-            self.path.enter(name);
+        fn enter_module(&mut self, name: &str, container: &str) {
+            self.path.enter(name, container);
         }
         fn exit_module(&mut self, _: &str, _: &str) {
             self.path.exit();
@@ -143,8 +159,8 @@ pub fn import_params<M: Module>(
         errors: Vec<String>,
     }
     impl ModuleMapper for Mp<'_> {
-        fn enter_module(&mut self, name: &str, _: &str) {
-            self.path.enter(name);
+        fn enter_module(&mut self, name: &str, container: &str) {
+            self.path.enter(name, container);
         }
         fn exit_module(&mut self, _: &str, _: &str) {
             self.path.exit();
@@ -211,8 +227,8 @@ impl GradAccumulator {
             acc: &'a mut BTreeMap<String, Tensor<1>>,
         }
         impl ModuleVisitor for V<'_> {
-            fn enter_module(&mut self, name: &str, _: &str) {
-                self.path.enter(name);
+            fn enter_module(&mut self, name: &str, container: &str) {
+                self.path.enter(name, container);
             }
             fn exit_module(&mut self, _: &str, _: &str) {
                 self.path.exit();
@@ -312,8 +328,8 @@ impl AdamW {
             scale: f64,
         }
         impl ModuleMapper for Mp<'_> {
-            fn enter_module(&mut self, name: &str, _: &str) {
-                self.path.enter(name);
+            fn enter_module(&mut self, name: &str, container: &str) {
+                self.path.enter(name, container);
             }
             fn exit_module(&mut self, _: &str, _: &str) {
                 self.path.exit();

@@ -102,6 +102,8 @@ pub struct LinePlot<'a> {
     pub log_y: bool,
     /// Horizontal reference lines (label, y), drawn dashed in their own colour.
     pub hlines: &'a [(String, f64)],
+    /// Vertical reference lines (label, x), drawn dotted in grey shades.
+    pub vlines: &'a [(String, f64)],
     pub markers: bool,
 }
 
@@ -253,7 +255,31 @@ pub fn lines(p: &LinePlot) -> Result<Vec<u8>> {
                     PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2))
                 });
         }
-        if p.series.len() > 1 || !p.hlines.is_empty() {
+        for (j, (name, x)) in p.vlines.iter().enumerate() {
+            if !(x.is_finite() && (!p.log_x || *x > 0.0)) {
+                continue;
+            }
+            let shade = 90 + 50 * (j as u8 % 3);
+            let c = RGBColor(shade, shade, shade);
+            let xx = tx(*x);
+            if !(x0..=x1).contains(&xx) {
+                continue;
+            }
+            let n = 80;
+            let dots = (0..n).step_by(2).map(move |k| {
+                let a = y0 + (y1 - y0) * k as f64 / n as f64;
+                let b = y0 + (y1 - y0) * (k + 1) as f64 / n as f64;
+                PathElement::new(vec![(xx, a), (xx, b)], c.stroke_width(2))
+            });
+            chart
+                .draw_series(dots)
+                .map_err(err)?
+                .label(name.clone())
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2))
+                });
+        }
+        if p.series.len() > 1 || !p.hlines.is_empty() || !p.vlines.is_empty() {
             chart
                 .configure_series_labels()
                 .label_font((FONT, 14))
@@ -612,6 +638,7 @@ mod tests {
             log_x: false,
             log_y: true,
             hlines: &[("ref".into(), 3.0)],
+            vlines: &[],
             markers: true,
         })
         .unwrap();
@@ -678,6 +705,7 @@ mod tests {
             log_x: false,
             log_y: false,
             hlines: &[],
+            vlines: &[],
             markers: false,
         };
         assert!(lines(&p).is_err());

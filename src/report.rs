@@ -107,6 +107,13 @@ pub fn run_result(plan: &Plan, run: &RunPlan, eps: &str, threshold: f64) -> RunR
     }
 }
 
+/// `metrics.probe_len` of a run's experiment file (the probe length T its sink metrics use).
+fn probe_len(plan_file: &Path) -> Option<usize> {
+    let text = std::fs::read_to_string(plan_file).ok()?;
+    let exp = crate::config::from_str(&plan_file.display().to_string(), &text).ok()?;
+    Some(exp.metrics.probe_len)
+}
+
 /// Mean and sample standard deviation (NaN for fewer than two values).
 pub fn mean_std(xs: &[f64]) -> (f64, f64) {
     let n = xs.len() as f64;
@@ -171,13 +178,53 @@ impl Setting {
     }
 }
 
-/// Build the report; returns the Markdown.
+/// Build the report of a sweep directory: `report.md`, `report.csv`, `report.json` and the
+/// plots; returns the Markdown.
 pub fn report(dir: &Path, eps: f64, threshold: f64) -> Result<String> {
     let plan = sweep::read_plan(dir)?;
     let eps_s = crate::metrics::eps_name(eps);
+    let settings = collect_settings(&plan, &eps_s, threshold);
+    check_eps_recorded(&plan, &settings, eps, &eps_s, dir)?;
+    let axes: Vec<(String, String)> = plan
+        .axes
+        .iter()
+        .map(|(p, l, _)| (p.clone(), l.clone()))
+        .collect();
+    // F-Attn of uniform causal attention at the runs' probe lengths (the floor F-Attn is read
+    // against).
+    let uniform: std::collections::BTreeSet<String> = plan
+        .runs
+        .iter()
+        .filter_map(|r| probe_len(&plan.dir.join("plans").join(format!("{}.toml", r.name))))
+        .map(|t| {
+            format!(
+                "{:.2} at T = {t}",
+                100.0 * crate::metrics::uniform_first_mass(t)
+            )
+        })
+        .collect();
+    let uniform = if uniform.is_empty() {
+        "?".to_string()
+    } else {
+        uniform.into_iter().collect::<Vec<_>>().join(", ")
+    };
+    let (mut md, csv) = tables(&plan, &settings, &axes, &eps_s, threshold, &uniform)?;
+    plots(dir, &plan, &settings, &axes, &eps_s, threshold, &mut md)?;
+    std::fs::write(dir.join("report.md"), &md)
+        .with_context(|| format!("writing {}", dir.join("report.md").display()))?;
+    std::fs::write(dir.join("report.csv"), &csv)?;
+    std::fs::write(
+        dir.join("report.json"),
+        serde_json::to_string_pretty(&settings)?,
+    )?;
+    Ok(md)
+}
+
+/// Runs grouped into settings (equal up to the seed), each run summarised.
+fn collect_settings(plan: &Plan, eps_s: &str, threshold: f64) -> Vec<Setting> {
     let mut settings: Vec<Setting> = Vec::new();
     for run in &plan.runs {
-        let r = run_result(&plan, run, &eps_s, threshold);
+        let r = run_result(plan, run, eps_s, threshold);
         match settings.iter_mut().find(|s| s.values == run.values) {
             Some(s) => s.runs.push(r),
             None => settings.push(Setting {
@@ -186,7 +233,17 @@ pub fn report(dir: &Path, eps: f64, threshold: f64) -> Result<String> {
             }),
         }
     }
-    // An ε no run recorded would give an empty table: say which ones exist instead.
+    settings
+}
+
+/// An ε no run recorded would give an empty table: say which ones exist instead.
+fn check_eps_recorded(
+    plan: &Plan,
+    settings: &[Setting],
+    eps: f64,
+    eps_s: &str,
+    dir: &Path,
+) -> Result<()> {
     let any_records = settings
         .iter()
         .flat_map(|s| &s.runs)
@@ -216,17 +273,26 @@ pub fn report(dir: &Path, eps: f64, threshold: f64) -> Result<String> {
             recorded.into_iter().collect::<Vec<_>>().join(", ")
         );
     }
-    let axes: Vec<(String, String)> = plan
-        .axes
-        .iter()
-        .map(|(p, l, _)| (p.clone(), l.clone()))
-        .collect();
-    let label_of = |s: &Setting| -> String {
-        axes.iter()
-            .map(|(p, l)| format!("{l}={}", s.values.get(p).map_or("?", String::as_str)))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
+    Ok(())
+}
+
+/// `label=value, …` of a setting.
+fn label_of(axes: &[(String, String)], s: &Setting) -> String {
+    axes.iter()
+        .map(|(p, l)| format!("{l}={}", s.values.get(p).map_or("?", String::as_str)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The Markdown table (with its preamble and the unfinished runs) and the CSV.
+fn tables(
+    plan: &Plan,
+    settings: &[Setting],
+    axes: &[(String, String)],
+    eps_s: &str,
+    threshold: f64,
+    uniform: &str,
+) -> Result<(String, String)> {
     // Markdown and CSV.
     let mut md = String::new();
     let mut csv = String::new();
@@ -236,7 +302,8 @@ pub fn report(dir: &Path, eps: f64, threshold: f64) -> Result<String> {
          (`tensorboard --logdir {}` shows every run side by side).\n\nFinal values over the \
          seeds that finished: mean ± sample std. Sink₁ = `sink/rate_eps{eps_s}/pos01` (%), slot \
          Sink₁* = `sink/slot_rate_eps{eps_s}` (%), top Sink_k = the largest mean Sink_k over \
-         the probed positions k (@k), F-Attn = mean attention on the first token (%), norm ratio = largest ‖h₁‖/mean‖h_t‖ over \
+         the probed positions k (@k), F-Attn = mean attention on the first token (%; uniform causal \
+         attention gives H_T/T = {uniform}), norm ratio = largest ‖h₁‖/mean‖h_t‖ over \
          layers; emergence = first probe step with Sink₁ > {threshold}% (median over the seeds \
          that crossed, and how many did).\n",
         plan.name,
@@ -255,7 +322,7 @@ pub fn report(dir: &Path, eps: f64, threshold: f64) -> Result<String> {
             "Sink₁ (%)",
             "slot Sink₁* (%)",
             "top Sink_k (%) @k",
-            "F-Attn (%)",
+            &format!("F-Attn (%; uniform {uniform})"),
             "val loss",
             "norm ratio",
             "emergence step",
@@ -303,7 +370,7 @@ pub fn report(dir: &Path, eps: f64, threshold: f64) -> Result<String> {
         .map(String::from),
     );
     writeln!(csv, "{}", csv_header.join(","))?;
-    for s in &settings {
+    for s in settings {
         let done = s.runs.iter().filter(|r| r.state == "done").count();
         let sink = s.sink1();
         let slot = mean_std(&s.finished(|r| r.slot_sink1));
@@ -399,6 +466,19 @@ pub fn report(dir: &Path, eps: f64, threshold: f64) -> Result<String> {
             )?;
         }
     }
+    Ok((md, csv))
+}
+
+/// `sink1_vs_AXIS.png` for every axis and `emergence.png`, linked from the Markdown.
+fn plots(
+    dir: &Path,
+    plan: &Plan,
+    settings: &[Setting],
+    axes: &[(String, String)],
+    eps_s: &str,
+    threshold: f64,
+    md: &mut String,
+) -> Result<()> {
     // Plots.
     writeln!(md, "\n## Plots\n")?;
     for (ai, (path, label)) in axes.iter().enumerate() {
@@ -425,7 +505,7 @@ pub fn report(dir: &Path, eps: f64, threshold: f64) -> Result<String> {
                 let elsewhere = settings
                     .iter()
                     .any(|s| s.top_sink().is_some_and(|t| t.0 != 1 && t.1.0 > threshold));
-                for s in &settings {
+                for s in settings {
                     // Zipped axes move together: one line through every setting.
                     let others: Vec<String> = axes
                         .iter()
@@ -484,6 +564,7 @@ pub fn report(dir: &Path, eps: f64, threshold: f64) -> Result<String> {
                     log_x,
                     log_y: false,
                     hlines: &[],
+                    vlines: &[],
                     markers: true,
                 })
             }
@@ -540,7 +621,7 @@ pub fn report(dir: &Path, eps: f64, threshold: f64) -> Result<String> {
                 }
             }
             Series {
-                name: label_of(s),
+                name: label_of(axes, s),
                 points: by_step
                     .into_iter()
                     .map(|(st, v)| (st as f64, v.iter().sum::<f64>() / v.len() as f64))
@@ -557,6 +638,7 @@ pub fn report(dir: &Path, eps: f64, threshold: f64) -> Result<String> {
         log_x: false,
         log_y: false,
         hlines: &[(format!("threshold {threshold}%"), threshold)],
+        vlines: &[],
         markers: false,
     }) {
         Ok(png) => {
@@ -565,14 +647,7 @@ pub fn report(dir: &Path, eps: f64, threshold: f64) -> Result<String> {
         }
         Err(e) => writeln!(md, "- emergence.png: not drawn ({e})")?,
     }
-    std::fs::write(dir.join("report.md"), &md)
-        .with_context(|| format!("writing {}", dir.join("report.md").display()))?;
-    std::fs::write(dir.join("report.csv"), &csv)?;
-    std::fs::write(
-        dir.join("report.json"),
-        serde_json::to_string_pretty(&settings)?,
-    )?;
-    Ok(md)
+    Ok(())
 }
 
 /// A value as written in TOML (`{ kind = "rope", base = 500.0 }`) in its run-name form

@@ -588,7 +588,7 @@ pub fn run(
     ));
     let queue = Mutex::new(queue.into_iter());
     let children = Mutex::new(Vec::<u32>::new());
-    let bar = crate::train::progress_bar(total as u64, "runs");
+    let bar = crate::progress::progress_bar(total as u64, "runs");
     let active = std::sync::atomic::AtomicUsize::new(0);
     std::thread::scope(|scope| {
         let workers = jobs.min(total.max(1));

@@ -14,6 +14,8 @@ use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::{AddedToken, Tokenizer as HfTokenizer};
 
 pub const BOS: &str = "<|bos|>";
+/// Vocabulary of the byte tokenizer: 256 bytes and the two special tokens.
+pub const BYTE_VOCAB: usize = 258;
 pub const EOT: &str = "<|endoftext|>";
 
 /// GPT-2's reversible map from bytes to printable unicode characters (the `ByteLevel`

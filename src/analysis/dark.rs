@@ -1,0 +1,534 @@
+//! `sinklab dark` (Cancedda 2024, docs/reference.md §7): SVD bands of W_U and W_E, band energy
+//! of the residual stream (first token against the rest), write weights on the bands, and the
+//! spectral filters Φ_k, Ω_k, Ψ_k, Φ_e,k and a random-basis control, each applied one block
+//! input at a time, with ΔNLL and Sink₁. The band maths are pure ([`crate::dark`]).
+
+use super::{Output, unembedding_and_embedding};
+use crate::dark::{self, Bands};
+use crate::eval::{eval_loss, eval_loss_filtered, hidden_inputs, probe_layers};
+use crate::metrics::{HEADLINE_EPS, Proxy, SinkReport};
+use crate::model::StreamFilter;
+use crate::plot::{self, Heatmap, LinePlot, Series};
+use crate::run::OpenRun;
+use anyhow::{Result, bail};
+use burn::tensor::Tensor;
+use serde::Serialize;
+use std::path::PathBuf;
+
+/// Where `sinklab dark` applies its filters.
+#[derive(Debug, Clone, PartialEq)]
+pub enum FilterLayers {
+    /// One block input at a time, at each of these (0..=L; L = before the final norm): the
+    /// paper's per-layer curves.
+    Each(Vec<usize>),
+    /// Every block input at once.
+    All,
+}
+
+impl FilterLayers {
+    /// The default: one layer at a time at up to five evenly spaced block inputs
+    /// (0, L/4, L/2, 3L/4, L rounded; every input when L ≤ 4).
+    pub fn spread(n_layers: usize) -> Self {
+        let mut v: Vec<usize> = (0..=4).map(|i| (i * n_layers + 2) / 4).collect();
+        v.dedup();
+        FilterLayers::Each(v)
+    }
+}
+
+/// The default k sweep for `n` bands: 1, 2, 3, 4, then every eighth of the bands, n − 1 and n.
+pub fn default_ks(n: usize) -> Vec<usize> {
+    let mut ks: Vec<usize> = (1..=4.min(n)).collect();
+    ks.extend((1..=8).map(|j| (j * n + 4) / 8));
+    ks.extend([n.saturating_sub(1), n]);
+    ks.retain(|&k| (1..=n).contains(&k));
+    ks.sort_unstable();
+    ks.dedup();
+    ks
+}
+
+/// Options of `sinklab dark`.
+#[derive(Debug, Clone)]
+pub struct DarkOptions {
+    pub bands: usize,
+    /// Where the filters go; None = [`FilterLayers::spread`].
+    pub layers: Option<FilterLayers>,
+    /// Values of k for the sweeps; empty = [`default_ks`].
+    pub ks: Vec<usize>,
+    /// Decompose `diag(g) W_U` (final norm gain folded in) instead of the paper's plain W_U.
+    pub fold_gain: bool,
+    /// Validation sequences for ΔNLL (default: train.eval_sequences).
+    pub sequences: Option<usize>,
+    /// Probe sequences for Sink₁ under each filter.
+    pub probe_sequences: usize,
+    pub probe_len: usize,
+    pub out: Option<PathBuf>,
+    pub tensorboard: bool,
+    pub seed: u64,
+}
+
+/// One filter's effect.
+#[derive(Debug, Clone, Serialize)]
+pub struct FilterResult {
+    /// `Φ` (W_U bands 1..k), `Ω` (1..k and the dark band), `Ψ` (I − joint tail of W_E and W_U
+    /// from band k+1), `Φ_e` (W_E bands 1..k), `random Φ` (bands of a random basis), or the
+    /// identity check.
+    pub filter: String,
+    /// Block input it was applied at; None = every block input at once.
+    pub layer: Option<usize>,
+    pub k: Option<usize>,
+    pub nll: f64,
+    pub delta_nll: f64,
+    pub sink1: Option<f64>,
+}
+
+/// The filter families swept over k, in print order.
+const FAMILIES: [&str; 5] = ["Φ", "Ω", "Ψ", "Φ_e", "random Φ"];
+
+/// What `sinklab dark` found (`dark.json`).
+#[derive(Debug, Clone, Serialize)]
+pub struct DarkReport {
+    pub run_dir: PathBuf,
+    pub checkpoint: PathBuf,
+    pub step: u64,
+    pub bands: usize,
+    pub d_model: usize,
+    /// The block inputs filtered one at a time, or every one at once.
+    pub filter_sites: FilterSites,
+    /// `W_U` or `diag(g) W_U (final norm gain folded in)`.
+    pub unembedding: String,
+    pub validation: Validation,
+    pub probe: ProbeSize,
+    pub sink1_unfiltered: Option<f64>,
+    pub singular_values: SingularValues,
+    pub band_energy: Vec<BandEnergy>,
+    pub write_shares: Vec<WriteShares>,
+    /// The identity check first, then every (site, k, family).
+    pub filters: Vec<FilterResult>,
+    /// The values of k swept.
+    pub ks: Vec<usize>,
+    pub files: Vec<String>,
+}
+
+/// Where the filters went.
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub enum FilterSites {
+    Each(Vec<usize>),
+    All(String),
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Validation {
+    pub sequences: usize,
+    pub len: usize,
+    pub nll: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ProbeSize {
+    pub sequences: usize,
+    pub len: usize,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SingularValues {
+    pub unembedding: Vec<f64>,
+    pub embedding: Vec<f64>,
+}
+
+/// W_U band energy of the residual stream at one block input, token 1 against the rest.
+#[derive(Debug, Clone, Serialize)]
+pub struct BandEnergy {
+    pub layer: usize,
+    pub band_energy_first: Vec<f64>,
+    pub band_energy_rest: Vec<f64>,
+    pub dark_ratio_first: f64,
+    pub dark_ratio_rest: f64,
+}
+
+/// Share of each head's W_O rows and of the MLP's W_down on the W_U bands.
+#[derive(Debug, Clone, Serialize)]
+pub struct WriteShares {
+    pub layer: usize,
+    pub heads: Vec<Vec<f64>>,
+    pub mlp: Option<Vec<f64>>,
+}
+
+/// Run `sinklab dark`: writes `dark.json` and the figures, returns the report.
+pub fn dark(run: &OpenRun, o: &DarkOptions, log: &mut dyn FnMut(&str)) -> Result<DarkReport> {
+    let exp = &run.exp;
+    let model = &run.model;
+    let n_layers = exp.model.n_layers;
+    let (w_u, e_t, d, v) = unembedding_and_embedding(model, o.fold_gain);
+    let n_bands = o.bands;
+    if !(2..=d).contains(&n_bands) {
+        bail!("--bands {n_bands}: need 2 ≤ bands ≤ d_model = {d}");
+    }
+    let selection = o
+        .layers
+        .clone()
+        .unwrap_or_else(|| FilterLayers::spread(n_layers));
+    if let FilterLayers::Each(ls) = &selection
+        && let Some(&bad) = ls.iter().find(|&&l| l > n_layers)
+    {
+        bail!(
+            "--layer {bad}: valid block inputs are 0..={n_layers} ({n_layers} = before the final norm), `each` or `all`"
+        );
+    }
+    let ks: Vec<usize> = if o.ks.is_empty() {
+        default_ks(n_bands)
+    } else {
+        o.ks.clone()
+    };
+    if let Some(&bad) = ks.iter().find(|&&k| k > n_bands) {
+        bail!("--k {bad} exceeds --bands {n_bands}");
+    }
+    log("SVD of W_U and W_E");
+    let bu = Bands::from_matrix(&w_u, d, v, n_bands);
+    let be = Bands::from_matrix(&e_t, d, v, n_bands);
+    let rand_bands = Bands::random(d, n_bands, o.seed);
+    let mut sink = Output::new(o.out.clone(), o.tensorboard, run)?;
+    // Band energy of the residual stream (every block input), first token vs the rest.
+    let n_val = o.sequences.unwrap_or(exp.train.eval_sequences);
+    let chunk = exp.train.micro_batch.max(1);
+    // Probes and validation carry the training data's token changes (as trained).
+    let sampler = crate::data::Sampler::new(&run.data, &exp.data, exp.model.ctx, exp.run.seed)?;
+    let mut probe = crate::data::validation_batch(
+        &run.data,
+        o.probe_sequences,
+        o.probe_len.min(exp.model.ctx),
+        exp.data.bos,
+    )?;
+    sampler.apply_token_changes(&mut probe);
+    let inputs = hidden_inputs(model, &probe, chunk, &run.device);
+    let mut energy = Vec::new();
+    let mut energy_rows_first = Vec::new();
+    let mut energy_rows_rest = Vec::new();
+    for (l, x) in inputs.iter().enumerate() {
+        let [b, t, dd] = x.shape[..] else {
+            unreachable!("hidden states are rank 3")
+        };
+        let mut first = vec![0.0; n_bands];
+        let mut rest = vec![0.0; n_bands];
+        let (mut dr_first, mut dr_rest) = (0.0, 0.0);
+        for bi in 0..b {
+            for ti in 0..t {
+                let h: Vec<f64> = x.data[(bi * t + ti) * dd..(bi * t + ti + 1) * dd]
+                    .iter()
+                    .map(|&z| z as f64)
+                    .collect();
+                let e = bu.band_energy(&h);
+                let dr = bu.dark_ratio(&h);
+                if ti == 0 {
+                    first.iter_mut().zip(&e).for_each(|(a, b)| *a += b);
+                    dr_first += dr;
+                } else {
+                    rest.iter_mut().zip(&e).for_each(|(a, b)| *a += b);
+                    dr_rest += dr;
+                }
+            }
+        }
+        first.iter_mut().for_each(|x| *x /= b as f64);
+        rest.iter_mut()
+            .for_each(|x| *x /= (b * (t - 1)).max(1) as f64);
+        energy_rows_first.push(first.clone());
+        energy_rows_rest.push(rest.clone());
+        energy.push(BandEnergy {
+            layer: l,
+            band_energy_first: first,
+            band_energy_rest: rest,
+            dark_ratio_first: dr_first / b as f64,
+            dark_ratio_rest: dr_rest / (b * (t - 1)).max(1) as f64,
+        });
+    }
+    for (name, rows, tag) in [
+        ("band_energy_first.png", &energy_rows_first, "first token"),
+        ("band_energy_rest.png", &energy_rows_rest, "other tokens"),
+    ] {
+        let png = plot::heatmap(&Heatmap {
+            title: &format!(
+                "W_U band energy of the residual stream, {tag} (band {n_bands} = dark)"
+            ),
+            x_label: "band (1 = largest singular values)",
+            y_label: "block input (layer)",
+            rows,
+            x_ticks: Some(&(1..=n_bands).map(|j| j.to_string()).collect::<Vec<_>>()),
+            y_ticks: None,
+            range: Some((0.0, 1.0)),
+            annotate: false,
+        })?;
+        sink.png(
+            name,
+            &format!("dark/{}", name.trim_end_matches(".png")),
+            png,
+        )?;
+    }
+    // Write weights onto the bands.
+    let host = |t: Tensor<2>| -> Vec<f64> {
+        t.into_data()
+            .convert::<f32>()
+            .try_into_vec::<f32>()
+            .expect("f32")
+            .into_iter()
+            .map(f64::from)
+            .collect()
+    };
+    let dh = exp.model.d_head();
+    let mut writes = Vec::new();
+    for (l, block) in model.blocks.iter().enumerate() {
+        let heads: Vec<Vec<f64>> = (0..exp.model.n_heads)
+            .map(|h| match &block.attn.wo {
+                Some(wo) => {
+                    let w = host(wo.matrix()); // (d, d): rows h·d_h.. are head h's writes
+                    bu.write_share(&w[h * dh * d..(h + 1) * dh * d], dh)
+                }
+                None => {
+                    let mut w = vec![0.0; dh * d];
+                    (0..dh).for_each(|i| w[i * d + h * dh + i] = 1.0);
+                    bu.write_share(&w, dh)
+                }
+            })
+            .collect();
+        let mlp = block.mlp.as_ref().map(|m| {
+            let w = host(m.w_down.matrix()); // (f, d)
+            bu.write_share(&w, w.len() / d)
+        });
+        writes.push(WriteShares {
+            layer: l,
+            heads,
+            mlp,
+        });
+    }
+    // Filters: each family over k, at each selected block input (or at all at once).
+    let mut val = crate::data::validation_batch(&run.data, n_val, exp.model.ctx, exp.data.bos)?;
+    crate::data::ignore_first_targets(&mut val, exp.model.attention.mask.ignored_targets());
+    sampler.apply_token_changes(&mut val);
+    let base = eval_loss(model, &val, chunk, &run.device);
+    let proxy = Proxy::for_normaliser(&exp.model.attention.normaliser);
+    let sink1 = |f: Option<&StreamFilter>| -> Option<f64> {
+        let la = probe_layers(model, &probe, chunk, proxy, &run.device, f, false);
+        SinkReport::compute(&la, &[HEADLINE_EPS], 1).sink1()
+    };
+    let base_sink = sink1(None);
+    let sites: Vec<(Option<usize>, Vec<usize>)> = match &selection {
+        FilterLayers::Each(ls) => ls.iter().map(|&l| (Some(l), vec![l])).collect(),
+        FilterLayers::All => vec![(None, (0..=n_layers).collect())],
+    };
+    let all_inputs: Vec<usize> = (0..=n_layers).collect();
+    let total = sites.len() * ks.len() * FAMILIES.len() + 1;
+    log(&format!(
+        "{total} filtered evaluations ({} site(s) × {} k × {} families + the identity check)",
+        sites.len(),
+        ks.len(),
+        FAMILIES.len()
+    ));
+    let bar = crate::progress::progress_bar(total as u64, "filters");
+    let mut results = Vec::new();
+    let eval = |name: &str, layer: Option<usize>, at: &[usize], k: Option<usize>, m: &[f64]| {
+        let f = StreamFilter::from_column_map(m, d, at, &run.device);
+        let nll = eval_loss_filtered(model, &val, chunk, &run.device, Some(&f));
+        let s = sink1(Some(&f));
+        bar.inc(1);
+        FilterResult {
+            filter: name.to_string(),
+            layer,
+            k,
+            nll,
+            delta_nll: nll - base,
+            sink1: s,
+        }
+    };
+    results.push(eval(
+        "identity (Φ, all bands)",
+        None,
+        &all_inputs,
+        Some(n_bands),
+        &bu.phi(n_bands),
+    ));
+    for (layer, at) in &sites {
+        for &k in &ks {
+            for family in FAMILIES {
+                let m = match family {
+                    "Φ" => bu.phi(k),
+                    "Ω" => bu.omega(k),
+                    "Ψ" => dark::psi(&bu, &be, k),
+                    "Φ_e" => be.phi(k),
+                    _ => rand_bands.phi(k),
+                };
+                results.push(eval(family, *layer, at, Some(k), &m));
+            }
+        }
+    }
+    bar.finish_and_clear();
+    let site_name = |l: Option<usize>| match l {
+        Some(l) => format!("block input {l}"),
+        None => "every block input".to_string(),
+    };
+    for family in FAMILIES {
+        let series: Vec<Series> = sites
+            .iter()
+            .map(|(layer, _)| Series {
+                name: site_name(*layer),
+                points: results
+                    .iter()
+                    .filter(|r| r.filter == family && r.layer == *layer)
+                    .map(|r| (r.k.expect("swept") as f64, r.delta_nll))
+                    .collect(),
+                err: None,
+            })
+            .collect();
+        let slug = family
+            .replace(' ', "_")
+            .replace('Φ', "phi")
+            .replace('Ω', "omega")
+            .replace('Ψ', "psi");
+        let png = plot::lines(&LinePlot {
+            title: &format!("ΔNLL under {family}_k, one filter site at a time ({n_bands} bands)"),
+            x_label: "k",
+            y_label: "ΔNLL (nats/token)",
+            series: &series,
+            log_x: false,
+            log_y: false,
+            hlines: &[("unfiltered".to_string(), 0.0)],
+            vlines: &[],
+            markers: true,
+        })?;
+        sink.png(&format!("dark_{slug}.png"), &format!("dark/{slug}"), png)?;
+    }
+    sink.scalars(
+        "dark",
+        &results
+            .iter()
+            .map(|r| {
+                (
+                    format!(
+                        "delta_nll/{}{}{}",
+                        r.filter.replace(' ', "_"),
+                        r.layer.map_or(String::new(), |l| format!("/layer{l:02}")),
+                        r.k.map_or(String::new(), |k| format!("/k{k:02}"))
+                    ),
+                    r.delta_nll,
+                )
+            })
+            .collect::<Vec<_>>(),
+    )?;
+    let value = DarkReport {
+        run_dir: run.run_dir.clone(),
+        checkpoint: run.checkpoint.clone(),
+        step: run.state.step,
+        bands: n_bands,
+        d_model: d,
+        filter_sites: match &selection {
+            FilterLayers::Each(ls) => FilterSites::Each(ls.clone()),
+            FilterLayers::All => FilterSites::All("all".into()),
+        },
+        unembedding: if o.fold_gain {
+            "diag(g) W_U (final norm gain folded in)".into()
+        } else {
+            "W_U".into()
+        },
+        validation: Validation {
+            sequences: n_val,
+            len: exp.model.ctx,
+            nll: base,
+        },
+        probe: ProbeSize {
+            sequences: o.probe_sequences,
+            len: probe.len,
+        },
+        sink1_unfiltered: base_sink,
+        singular_values: SingularValues {
+            unembedding: bu.singular_values.clone(),
+            embedding: be.singular_values.clone(),
+        },
+        band_energy: energy,
+        write_shares: writes,
+        filters: results,
+        ks,
+        files: sink.files.clone(),
+    };
+    sink.json("dark.json", &value)?;
+    Ok(value)
+}
+
+impl DarkReport {
+    /// The terminal summary: one table per filter site, ΔNLL (Sink₁) per family and k.
+    pub fn print(&self, dir: &std::path::Path) {
+        let base_sink = self.sink1_unfiltered;
+        println!(
+            "dark signals: {} bands of {} (d = {}); validation NLL {:.4} ({} × {}), Sink1 {}; \
+             ΔNLL per filter, one site at a time",
+            self.bands,
+            self.unembedding,
+            self.d_model,
+            self.validation.nll,
+            self.validation.sequences,
+            self.validation.len,
+            base_sink.map_or("-".into(), |s| format!("{s:.1}%"))
+        );
+        println!(
+            "identity check (Φ with all bands at every block input): ΔNLL {:+.5}",
+            self.filters[0].delta_nll
+        );
+        let mut sites: Vec<Option<usize>> = Vec::new();
+        for r in &self.filters[1..] {
+            if !sites.contains(&r.layer) {
+                sites.push(r.layer);
+            }
+        }
+        for layer in sites {
+            match layer {
+                Some(l) => println!("\nblock input {l}:"),
+                None => println!("\nevery block input:"),
+            }
+            print!("{:>4}", "k");
+            for family in FAMILIES {
+                print!(" {:>16}", format!("Δ{family} (Sink1)"));
+            }
+            println!();
+            for &k in &self.ks {
+                print!("{k:>4}");
+                for family in FAMILIES {
+                    let r = self
+                        .filters
+                        .iter()
+                        .find(|r| r.filter == family && r.layer == layer && r.k == Some(k))
+                        .expect("evaluated");
+                    print!(
+                        " {:>16}",
+                        format!(
+                            "{:+.3} ({})",
+                            r.delta_nll,
+                            r.sink1.map_or("-".into(), |s| format!("{s:.0}"))
+                        )
+                    );
+                }
+                println!();
+            }
+        }
+        println!("results: {}", dir.display());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dark_defaults_filter_one_spread_layer_at_a_time() {
+        assert_eq!(
+            FilterLayers::spread(4),
+            FilterLayers::Each(vec![0, 1, 2, 3, 4])
+        );
+        assert_eq!(
+            FilterLayers::spread(30),
+            FilterLayers::Each(vec![0, 8, 15, 23, 30])
+        );
+        assert_eq!(FilterLayers::spread(1), FilterLayers::Each(vec![0, 1]));
+        assert_eq!(
+            default_ks(20),
+            vec![1, 2, 3, 4, 5, 8, 10, 13, 15, 18, 19, 20]
+        );
+        assert_eq!(default_ks(4), vec![1, 2, 3, 4]);
+    }
+}

@@ -1,0 +1,813 @@
+//! `sinklab analyze`: Sink_k^ε on every probe kind, the first-token importance map,
+//! activations and massive channels, the q·k geometry of the first-token logit, attention bars
+//! and attention maps of one checkpoint. The result is an [`AnalysisReport`], written as
+//! `analysis.json` and rendered for the terminal by [`AnalysisReport::print`].
+
+use super::geometry::{
+    Bar, QkHead, channel_stats, find_bars, norms_by_position, qk_geometry, received_stats,
+};
+use super::probes::{batch_of, probe_batches, token_text};
+use super::{Output, unembedding_and_embedding};
+use crate::dark::Bands;
+use crate::data::{Batch, Sampler};
+use crate::eval::{hidden_inputs, probe_layers};
+use crate::metrics::{
+    Array, HEADLINE_EPS, LayerArrays, Proxy, SinkReport, eps_name, uniform_first_mass,
+};
+use crate::plot::{self, Bars, Heatmap, LinePlot, Series};
+use crate::run::OpenRun;
+use anyhow::{Result, bail};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+/// Options of `sinklab analyze`.
+#[derive(Debug, Clone)]
+pub struct AnalyzeOptions {
+    pub sequences: usize,
+    /// Probe length T (capped at model.ctx).
+    pub len: usize,
+    pub eps: Vec<f64>,
+    pub k_max: usize,
+    /// (layer, head) attention maps to draw; empty = per layer the head with the highest
+    /// first-token importance.
+    pub maps: Vec<(usize, usize)>,
+    /// Input of the attention maps; None = the first natural probe sequence.
+    pub map_text: Option<String>,
+    pub bar_mean: f64,
+    pub bar_std: f64,
+    pub bar_min_queries: usize,
+    pub bands: usize,
+    pub out: Option<PathBuf>,
+    pub tensorboard: bool,
+    pub seed: u64,
+}
+
+/// What `sinklab analyze` found (`analysis.json`).
+#[derive(Debug, Clone, Serialize)]
+pub struct AnalysisReport {
+    pub run_dir: PathBuf,
+    pub checkpoint: PathBuf,
+    pub step: u64,
+    pub probe: ProbeInfo,
+    /// `Sink` for row-stochastic attention, `Sink*` for a proxy (non-softmax normalisers).
+    pub metric: String,
+    /// Probe kind (`natural`, `as_trained`, `random`, `repeated`) → its sink metrics.
+    pub kinds: BTreeMap<String, KindSummary>,
+    /// [layer][head] first-token importance α₁ on natural text.
+    pub importance_first: Vec<Vec<f64>>,
+    pub activations: Vec<LayerActivations>,
+    /// [layer][head] q·k geometry of the first-token logit.
+    pub qk: Vec<Vec<QkHead>>,
+    pub bars: BarsReport,
+    pub attention_maps: Vec<MapFile>,
+    pub files: Vec<String>,
+}
+
+/// The probe set of an analysis.
+#[derive(Debug, Clone, Serialize)]
+pub struct ProbeInfo {
+    pub sequences: usize,
+    pub len: usize,
+    pub bos: bool,
+    pub eps: Vec<f64>,
+    pub k_max: usize,
+    pub seed: u64,
+    /// F-Attn of uniform causal attention at this length (H_T / T): the floor F-Attn is read
+    /// against.
+    pub f_attn_uniform: f64,
+}
+
+/// The sink metrics of one probe kind.
+#[derive(Debug, Clone, Serialize)]
+pub struct KindSummary {
+    pub metric: String,
+    /// ε → Sink_k^ε (%) for k = 1..=k_max.
+    pub sink_rate: BTreeMap<String, Vec<f64>>,
+    /// ε → Sink₁* on the slot (%), models with slots or sink tokens.
+    pub slot_rate: BTreeMap<String, f64>,
+    pub slot_mass: Vec<Option<f64>>,
+    pub first_token_mass: Vec<f64>,
+    pub f_attn: f64,
+    pub m_act: f64,
+    pub entropy: Vec<f64>,
+}
+
+impl KindSummary {
+    fn new(report: &SinkReport, metric: &str) -> Self {
+        Self {
+            metric: metric.to_string(),
+            sink_rate: report.sink_rate.clone(),
+            slot_rate: report.slot_rate.clone(),
+            slot_mass: report.slot_mass.clone(),
+            first_token_mass: report.first_mass.clone(),
+            f_attn: report.f_attn(),
+            m_act: report.m_act(),
+            entropy: report.entropy.clone(),
+        }
+    }
+}
+
+/// Activations of one layer's output on natural text.
+#[derive(Debug, Clone, Serialize)]
+pub struct LayerActivations {
+    pub layer: usize,
+    pub norm_first: f64,
+    pub norm_rest: f64,
+    pub norm_ratio: f64,
+    pub top3: [f64; 3],
+    pub median_abs: f64,
+    pub massive_count: f64,
+    pub massive_channels: Vec<ChannelCount>,
+    pub top_channels: Vec<TopChannel>,
+    pub key_norm_first: f64,
+    pub key_norm_rest: f64,
+    pub value_norm_first: f64,
+    pub value_norm_rest: f64,
+    pub norm_by_position: Vec<f64>,
+}
+
+/// How often a channel holds a massive activation.
+#[derive(Debug, Clone, Serialize)]
+pub struct ChannelCount {
+    pub channel: usize,
+    pub count: usize,
+}
+
+/// A channel with one of the largest |h|, and how often that maximum sits on token 1.
+#[derive(Debug, Clone, Serialize)]
+pub struct TopChannel {
+    pub channel: usize,
+    pub max_abs: f64,
+    pub share_at_token1: f64,
+}
+
+/// Attention bars (high mean, low variance received attention) on natural text.
+#[derive(Debug, Clone, Serialize)]
+pub struct BarsReport {
+    pub thresholds: BarThresholds,
+    /// [layer][head] bars per sequence.
+    pub per_sequence_by_layer_head: Vec<Vec<f64>>,
+    pub total: usize,
+    /// The most frequent bar tokens (up to 20).
+    pub tokens: Vec<BarToken>,
+    /// Mean dark ratio (W_U bands) of the bar tokens' residual stream.
+    pub dark_ratio_bars: Option<f64>,
+    pub dark_ratio_first_by_layer: Vec<f64>,
+    pub dark_ratio_rest_by_layer: Vec<f64>,
+    pub bands: usize,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct BarThresholds {
+    pub mean_gt: f64,
+    pub std_lt: f64,
+    pub min_queries: usize,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct BarToken {
+    pub token: u32,
+    pub text: String,
+    pub count: usize,
+    pub dark_ratio: f64,
+}
+
+/// An attention map written as a PNG.
+#[derive(Debug, Clone, Serialize)]
+pub struct MapFile {
+    pub layer: usize,
+    pub head: usize,
+    pub file: String,
+}
+
+/// Run `sinklab analyze`: writes `analysis.json` and the figures, returns the report.
+pub fn analyze(
+    run: &OpenRun,
+    o: &AnalyzeOptions,
+    log: &mut dyn FnMut(&str),
+) -> Result<AnalysisReport> {
+    let exp = &run.exp;
+    let ctx = exp.model.ctx;
+    if o.len < 2 || o.sequences == 0 {
+        bail!("--len must be ≥ 2 and --sequences ≥ 1");
+    }
+    let len = o.len.min(ctx);
+    if len < o.len {
+        log(&format!(
+            "probe length {} capped at model.ctx = {ctx}",
+            o.len
+        ));
+    }
+    let k_max = o.k_max.min(len);
+    let (n_layers, n_heads) = (exp.model.n_layers, exp.model.n_heads);
+    for &(l, h) in &o.maps {
+        if l >= n_layers || h >= n_heads {
+            bail!("--map {l}:{h}: the model has layers 0..{n_layers} and heads 0..{n_heads}");
+        }
+    }
+    let mut out = Output::new(o.out.clone(), o.tensorboard, run)?;
+    let proxy = Proxy::for_normaliser(&exp.model.attention.normaliser);
+    let metric = if proxy == Proxy::Weights {
+        "Sink"
+    } else {
+        "Sink*"
+    };
+    let (kinds, natural) = probe_all_kinds(run, o, len, k_max, proxy, &mut out, log)?;
+    let Natural {
+        layers,
+        report,
+        batch,
+    } = natural;
+    let star = &metric[4..];
+    let png = plot::heatmap(&Heatmap {
+        title: &format!("first-token importance α₁{star} (natural text)"),
+        x_label: "head",
+        y_label: "layer",
+        rows: &report.importance_first,
+        x_ticks: None,
+        y_ticks: None,
+        range: Some((0.0, 1.0)),
+        annotate: true,
+    })?;
+    out.png("importance_first.png", "analyze/importance_first", png)?;
+    let activations = activations(&layers, &report, &mut out)?;
+    let qk = qk_section(&layers, &mut out)?;
+    let bars = bars_section(run, o, &layers, &report, &batch, &mut out)?;
+    let attention_maps = maps_section(run, o, &report, &batch, proxy, star, &mut out)?;
+    let value = AnalysisReport {
+        run_dir: run.run_dir.clone(),
+        checkpoint: run.checkpoint.clone(),
+        step: run.state.step,
+        probe: ProbeInfo {
+            sequences: o.sequences,
+            len,
+            bos: exp.data.bos,
+            eps: o.eps.clone(),
+            k_max,
+            seed: o.seed,
+            f_attn_uniform: uniform_first_mass(len),
+        },
+        metric: metric.to_string(),
+        kinds,
+        importance_first: report.importance_first.clone(),
+        activations,
+        qk,
+        bars,
+        attention_maps,
+        files: out.files.clone(),
+    };
+    out.json("analysis.json", &value)?;
+    Ok(value)
+}
+
+/// The natural probe's layers, metrics and batch (the rest of the analysis reads them).
+struct Natural {
+    layers: Vec<LayerArrays>,
+    report: SinkReport,
+    batch: Batch,
+}
+
+/// Probe every kind (natural, as trained when the run changes tokens, random, repeated), write
+/// their scalars and the Sink_k plot.
+fn probe_all_kinds(
+    run: &OpenRun,
+    o: &AnalyzeOptions,
+    len: usize,
+    k_max: usize,
+    proxy: Proxy,
+    out: &mut Output,
+    log: &mut dyn FnMut(&str),
+) -> Result<(BTreeMap<String, KindSummary>, Natural)> {
+    let exp = &run.exp;
+    let chunk = exp.train.micro_batch.max(1);
+    let metric = if proxy == Proxy::Weights {
+        "Sink"
+    } else {
+        "Sink*"
+    };
+    let mut kinds = probe_batches(&run.data, o.sequences, len, exp.data.bos, o.seed)?;
+    // A run trained with a fixed or random token is also probed as trained: the natural probe
+    // with the data's token changes (Gu et al. measure the sink where the model saw the token).
+    let sampler = Sampler::new(&run.data, &exp.data, exp.model.ctx, exp.run.seed)?;
+    if sampler.has_token_changes() {
+        let mut as_trained = kinds[0].1.clone();
+        sampler.apply_token_changes(&mut as_trained);
+        kinds.insert(1, ("as_trained", as_trained));
+    }
+    let mut by_kind = BTreeMap::new();
+    let mut natural = None;
+    let mut series = Vec::new();
+    for (name, batch) in kinds {
+        log(&format!("probe {name}: {} × {len}", batch.batch));
+        let layers = probe_layers(
+            &run.model,
+            &batch,
+            chunk,
+            proxy,
+            &run.device,
+            None,
+            name == "natural",
+        );
+        let report = SinkReport::compute(&layers, &o.eps, k_max);
+        by_kind.insert(name.to_string(), KindSummary::new(&report, metric));
+        out.scalars(&format!("analyze/{name}"), &report.scalars())?;
+        if let Some(r) = report.sink_rate.get(&eps_name(HEADLINE_EPS)) {
+            series.push(Series {
+                name: name.to_string(),
+                points: r
+                    .iter()
+                    .enumerate()
+                    .map(|(k, v)| ((k + 1) as f64, *v))
+                    .collect(),
+                err: None,
+            });
+        }
+        if name == "natural" {
+            natural = Some(Natural {
+                layers,
+                report,
+                batch,
+            });
+        }
+    }
+    if !series.is_empty() {
+        let png = plot::lines(&LinePlot {
+            title: &format!(
+                "{metric}_k (ε = {HEADLINE_EPS}), {} × {len} probe",
+                o.sequences
+            ),
+            x_label: "k (key position, 1-based)",
+            y_label: "% of (layer, head, sequence)",
+            series: &series,
+            log_x: false,
+            log_y: false,
+            hlines: &[],
+            vlines: &[],
+            markers: true,
+        })?;
+        out.png("sink_k.png", "analyze/sink_k", png)?;
+    }
+    Ok((by_kind, natural.expect("the natural probe always runs")))
+}
+
+/// `(layer, f(layer))` for every layer.
+fn per_layer(n: usize, f: &dyn Fn(usize) -> f64) -> Vec<(f64, f64)> {
+    (0..n).map(|l| (l as f64, f(l))).collect()
+}
+
+fn series(name: &str, points: Vec<(f64, f64)>) -> Series {
+    Series {
+        name: name.into(),
+        points,
+        err: None,
+    }
+}
+
+/// Norms, massive activations and channels of every layer output; `norms_by_position.png`
+/// and `activations.png`.
+fn activations(
+    layers: &[LayerArrays],
+    report: &SinkReport,
+    out: &mut Output,
+) -> Result<Vec<LayerActivations>> {
+    let n = layers.len();
+    let by_pos: Vec<Vec<f64>> = layers
+        .iter()
+        .map(|l| norms_by_position(&l.hidden))
+        .collect();
+    let png = plot::heatmap(&Heatmap {
+        title: "mean ‖h‖ by layer output and position (natural text)",
+        x_label: "position",
+        y_label: "layer",
+        rows: &by_pos,
+        x_ticks: None,
+        y_ticks: None,
+        range: None,
+        annotate: false,
+    })?;
+    out.png("norms_by_position.png", "analyze/norms_by_position", png)?;
+    let h = &report.hidden;
+    let act_series = vec![
+        series("‖h‖ token 1", per_layer(n, &|l| h[l].norm_first)),
+        series("‖h‖ other tokens", per_layer(n, &|l| h[l].norm_rest)),
+        series("top-1 |h|", per_layer(n, &|l| h[l].top3[0])),
+        series("median |h|", per_layer(n, &|l| h[l].median_abs)),
+    ];
+    let png = plot::lines(&LinePlot {
+        title: "residual stream by layer (natural text)",
+        x_label: "layer (block output)",
+        y_label: "magnitude",
+        series: &act_series,
+        log_x: false,
+        log_y: true,
+        hlines: &[],
+        vlines: &[],
+        markers: true,
+    })?;
+    out.png("activations.png", "analyze/activations", png)?;
+    Ok(layers
+        .iter()
+        .enumerate()
+        .map(|(l, la)| {
+            let (massive, top) = channel_stats(&la.hidden, 5);
+            let hs = &report.hidden[l];
+            LayerActivations {
+                layer: l,
+                norm_first: hs.norm_first,
+                norm_rest: hs.norm_rest,
+                norm_ratio: hs.norm_ratio,
+                top3: hs.top3,
+                median_abs: hs.median_abs,
+                massive_count: hs.massive_count,
+                massive_channels: massive
+                    .iter()
+                    .take(8)
+                    .map(|&(channel, count)| ChannelCount { channel, count })
+                    .collect(),
+                top_channels: top
+                    .iter()
+                    .map(|&(channel, max_abs, share_at_token1)| TopChannel {
+                        channel,
+                        max_abs,
+                        share_at_token1,
+                    })
+                    .collect(),
+                key_norm_first: report.key_norms[l].0,
+                key_norm_rest: report.key_norms[l].1,
+                value_norm_first: report.value_norms[l].0,
+                value_norm_rest: report.value_norms[l].1,
+                norm_by_position: by_pos[l].clone(),
+            }
+        })
+        .collect())
+}
+
+/// The first-token logit split into angle and norm per (layer, head); `qk_cos.png` and
+/// `qk_norm.png`.
+fn qk_section(layers: &[LayerArrays], out: &mut Output) -> Result<Vec<Vec<QkHead>>> {
+    let qk: Vec<Vec<QkHead>> = layers
+        .iter()
+        .map(|l| {
+            qk_geometry(
+                l.queries.as_ref().expect("natural probe records queries"),
+                &l.keys,
+            )
+        })
+        .collect();
+    let n = qk.len();
+    let mean = |l: usize, f: &dyn Fn(&QkHead) -> f64| {
+        qk[l].iter().map(f).sum::<f64>() / qk[l].len() as f64
+    };
+    for (file, title, y_label, first, rest) in [
+        (
+            "qk_cos",
+            "angle of the first-token logit (mean over heads)",
+            "mean cosine",
+            series(
+                "cos(q_t, k_1)",
+                per_layer(n, &|l| mean(l, &|h| h.cos_first)),
+            ),
+            series(
+                "cos(q_t, k_j), j > 1",
+                per_layer(n, &|l| mean(l, &|h| h.cos_rest)),
+            ),
+        ),
+        (
+            "qk_norm",
+            "norm of the first-token logit (mean over heads)",
+            "‖q‖‖k‖/√d_h",
+            series(
+                "‖q_t‖‖k_1‖/√d_h",
+                per_layer(n, &|l| mean(l, &|h| h.norm_first)),
+            ),
+            series(
+                "‖q_t‖‖k_j‖/√d_h, j > 1",
+                per_layer(n, &|l| mean(l, &|h| h.norm_rest)),
+            ),
+        ),
+    ] {
+        let png = plot::lines(&LinePlot {
+            title,
+            x_label: "layer",
+            y_label,
+            series: &[first, rest],
+            log_x: false,
+            log_y: false,
+            hlines: &[],
+            vlines: &[],
+            markers: true,
+        })?;
+        out.png(&format!("{file}.png"), &format!("analyze/{file}"), png)?;
+    }
+    Ok(qk)
+}
+
+/// Attention bars, their tokens and dark ratio (W_U bands); `attention_bars.png` for the
+/// (sequence, layer, head) with the most bars (else the head with the highest first-token
+/// importance on sequence 0).
+fn bars_section(
+    run: &OpenRun,
+    o: &AnalyzeOptions,
+    layers: &[LayerArrays],
+    report: &SinkReport,
+    batch: &Batch,
+    out: &mut Output,
+) -> Result<BarsReport> {
+    let exp = &run.exp;
+    let (n_layers, n_heads) = (exp.model.n_layers, exp.model.n_heads);
+    let chunk = exp.train.micro_batch.max(1);
+    let inputs = hidden_inputs(&run.model, batch, chunk, &run.device);
+    let (w_u, _, d, v) = unembedding_and_embedding(&run.model, false);
+    let bands = Bands::from_matrix(&w_u, d, v, o.bands.min(d));
+    let dark_of = |l: usize, b: usize, t: usize| -> f64 {
+        let x: &Array = &inputs[l];
+        let (tt, dd) = (x.shape[1], x.shape[2]);
+        let h: Vec<f64> = x.data[(b * tt + t) * dd..(b * tt + t + 1) * dd]
+            .iter()
+            .map(|&z| z as f64)
+            .collect();
+        bands.dark_ratio(&h)
+    };
+    let mut bars: Vec<Bar> = Vec::new();
+    for (l, la) in layers.iter().enumerate() {
+        bars.extend(find_bars(
+            &la.attn,
+            l,
+            &batch.inputs,
+            o.bar_mean,
+            o.bar_std,
+            o.bar_min_queries,
+        ));
+    }
+    let mut per_token: BTreeMap<u32, (usize, f64)> = BTreeMap::new();
+    for b in &bars {
+        let e = per_token.entry(b.token).or_default();
+        e.0 += 1;
+        e.1 += dark_of(b.layer, b.sequence, b.position);
+    }
+    let mut tokens: Vec<BarToken> = per_token
+        .into_iter()
+        .map(|(token, (count, dr))| BarToken {
+            token,
+            text: token_text(&run.data, token),
+            count,
+            dark_ratio: dr / count as f64,
+        })
+        .collect();
+    tokens.sort_by_key(|b| std::cmp::Reverse(b.count));
+    tokens.truncate(20);
+    let mean_dark = |pos: &dyn Fn(usize) -> bool| -> Vec<f64> {
+        (0..n_layers)
+            .map(|l| {
+                let (mut s, mut n) = (0.0, 0);
+                for b in 0..batch.batch {
+                    for t in (0..batch.len).filter(|&t| pos(t)) {
+                        s += dark_of(l, b, t);
+                        n += 1;
+                    }
+                }
+                s / n.max(1) as f64
+            })
+            .collect()
+    };
+    let dark_ratio_bars = (!bars.is_empty()).then(|| {
+        bars.iter()
+            .map(|b| dark_of(b.layer, b.sequence, b.position))
+            .sum::<f64>()
+            / bars.len() as f64
+    });
+    let mut counts = vec![vec![0.0; n_heads]; n_layers];
+    for b in &bars {
+        counts[b.layer][b.head] += 1.0 / o.sequences as f64;
+    }
+    let (bs, bl, bh) = {
+        let mut best = std::collections::HashMap::new();
+        for b in &bars {
+            *best.entry((b.sequence, b.layer, b.head)).or_insert(0) += 1;
+        }
+        best.into_iter()
+            .max_by_key(|(k, n)| (*n, std::cmp::Reverse(*k)))
+            .map(|(k, _)| k)
+            .unwrap_or_else(|| {
+                let (l, h) = argmax2(&report.importance_first);
+                (0, l, h)
+            })
+    };
+    let t = batch.len;
+    let block = &layers[bl].attn.data[(bs * n_heads + bh) * t * t..(bs * n_heads + bh + 1) * t * t];
+    let stats = received_stats(block, t, o.bar_min_queries);
+    let shown: Vec<usize> = (0..t).filter(|&k| stats[k].is_some()).collect();
+    let labels: Vec<String> = shown
+        .iter()
+        .map(|&k| format!("{k}:{}", token_text(&run.data, batch.inputs[bs * t + k])))
+        .collect();
+    let values: Vec<f64> = shown.iter().map(|&k| stats[k].expect("shown").0).collect();
+    let err: Vec<f64> = shown.iter().map(|&k| stats[k].expect("shown").1).collect();
+    let highlight: Vec<bool> = shown
+        .iter()
+        .map(|&k| {
+            bars.iter()
+                .any(|b| (b.sequence, b.layer, b.head, b.position) == (bs, bl, bh, k))
+        })
+        .collect();
+    let png = plot::bars(&Bars {
+        title: &format!(
+            "attention received (mean ± std over later queries), layer {bl} head {bh}, \
+             sequence {bs}; bars: mean > {} and std < {}",
+            o.bar_mean, o.bar_std
+        ),
+        x_label: "key position:token",
+        y_label: "attention received",
+        labels: &labels,
+        values: &values,
+        err: Some(&err),
+        highlight: &highlight,
+    })?;
+    out.png("attention_bars.png", "analyze/attention_bars", png)?;
+    Ok(BarsReport {
+        thresholds: BarThresholds {
+            mean_gt: o.bar_mean,
+            std_lt: o.bar_std,
+            min_queries: o.bar_min_queries,
+        },
+        per_sequence_by_layer_head: counts,
+        total: bars.len(),
+        tokens,
+        dark_ratio_bars,
+        dark_ratio_first_by_layer: mean_dark(&|t| t == 0),
+        dark_ratio_rest_by_layer: mean_dark(&|t| t > 0),
+        bands: bands.n_bands(),
+    })
+}
+
+/// Attention maps of the requested (or most first-token-attending) heads.
+fn maps_section(
+    run: &OpenRun,
+    o: &AnalyzeOptions,
+    report: &SinkReport,
+    batch: &Batch,
+    proxy: Proxy,
+    star: &str,
+    out: &mut Output,
+) -> Result<Vec<MapFile>> {
+    let exp = &run.exp;
+    let map_tokens: Vec<u32> = match &o.map_text {
+        Some(text) => {
+            let mut ids = Vec::new();
+            if exp.data.bos {
+                ids.push(run.data.tokenizer.bos_id);
+            }
+            ids.extend(run.data.tokenizer.encode(text)?);
+            ids.truncate(exp.model.ctx);
+            if ids.len() < 2 {
+                bail!("--map-text encodes to fewer than 2 tokens");
+            }
+            ids
+        }
+        None => batch.inputs[..batch.len].to_vec(),
+    };
+    let maps: Vec<(usize, usize)> = if o.maps.is_empty() {
+        report
+            .importance_first
+            .iter()
+            .enumerate()
+            .map(|(l, heads)| (l, argmax(heads)))
+            .collect()
+    } else {
+        o.maps.clone()
+    };
+    let map_batch = batch_of(vec![map_tokens.clone()]);
+    let map_layers = probe_layers(&run.model, &map_batch, 1, proxy, &run.device, None, false);
+    let t = map_tokens.len();
+    let ticks: Vec<String> = map_tokens
+        .iter()
+        .map(|&x| token_text(&run.data, x))
+        .collect();
+    let mut files = Vec::new();
+    for &(l, h) in &maps {
+        let a = &map_layers[l].attn.data[h * t * t..(h + 1) * t * t];
+        let rows: Vec<Vec<f64>> = a
+            .chunks_exact(t)
+            .enumerate()
+            .map(|(q, r)| {
+                r.iter()
+                    .enumerate()
+                    .map(|(k, &x)| if k <= q { x as f64 } else { f64::NAN })
+                    .collect()
+            })
+            .collect();
+        let name = format!("attention_l{l:02}_h{h:02}.png");
+        let png = plot::heatmap(&Heatmap {
+            title: &format!("attention{star}, layer {l} head {h}"),
+            x_label: "key",
+            y_label: "query",
+            rows: &rows,
+            x_ticks: Some(&ticks),
+            y_ticks: Some(&ticks),
+            range: Some((0.0, 1.0)),
+            annotate: false,
+        })?;
+        out.png(&name, &format!("analyze/attention_l{l:02}_h{h:02}"), png)?;
+        files.push(MapFile {
+            layer: l,
+            head: h,
+            file: name,
+        });
+    }
+    Ok(files)
+}
+
+fn argmax(xs: &[f64]) -> usize {
+    xs.iter()
+        .enumerate()
+        .fold((0, f64::NEG_INFINITY), |(bi, bv), (i, &v)| {
+            if v > bv { (i, v) } else { (bi, bv) }
+        })
+        .0
+}
+
+fn argmax2(rows: &[Vec<f64>]) -> (usize, usize) {
+    let l = argmax(&rows.iter().map(|r| r[argmax(r)]).collect::<Vec<_>>());
+    (l, argmax(&rows[l]))
+}
+
+impl AnalysisReport {
+    /// The terminal summary: Sink_k^ε per probe kind, then activations and q·k geometry per
+    /// layer, then the attention bars.
+    pub fn print(&self, dir: &std::path::Path) {
+        let p = &self.probe;
+        println!(
+            "{}_k^eps (%), {} sequences × {} tokens (BOS: {})",
+            self.metric, p.sequences, p.len, p.bos
+        );
+        for (kind, label) in [
+            ("natural", "natural"),
+            (
+                "as_trained",
+                "natural, with the training data's token changes (as trained)",
+            ),
+            ("random", "random"),
+            ("repeated", "repeated"),
+        ] {
+            let Some(k) = self.kinds.get(kind) else {
+                continue; // as_trained: only for runs trained with token changes
+            };
+            println!("\n{label}:");
+            print!("{:>6}", "eps");
+            for i in 1..=p.k_max {
+                print!("{:>7}", format!("k={i}"));
+            }
+            println!();
+            for e in &p.eps {
+                print!("{:>6}", eps_name(*e));
+                for r in k.sink_rate.get(&eps_name(*e)).into_iter().flatten() {
+                    print!("{r:>7.1}");
+                }
+                println!();
+            }
+            if !k.slot_rate.is_empty() {
+                let parts: Vec<String> = k
+                    .slot_rate
+                    .iter()
+                    .map(|(e, r)| format!("eps {e}: {r:.1}"))
+                    .collect();
+                println!("slot Sink1* (%): {}", parts.join("  "));
+            }
+            println!(
+                "F-Attn {:.3} (uniform causal attention: {:.3}) | M-Act {:.2}",
+                k.f_attn, p.f_attn_uniform, k.m_act
+            );
+        }
+        println!(
+            "\nlayer | ‖h1‖/‖h_rest‖ | top1 |h| | median |h| | massive | cos(q,k1) vs rest | ‖q‖‖k1‖ vs rest"
+        );
+        for (a, heads) in self.activations.iter().zip(&self.qk) {
+            let m = |f: &dyn Fn(&QkHead) -> f64| {
+                heads.iter().map(f).sum::<f64>() / heads.len().max(1) as f64
+            };
+            println!(
+                "{:>5} | {:>13.2} | {:>8.2} | {:>10.3} | {:>7.1} | {:>6.3} vs {:>6.3} | {:>6.2} vs {:>6.2}",
+                a.layer,
+                a.norm_ratio,
+                a.top3[0],
+                a.median_abs,
+                a.massive_count,
+                m(&|h| h.cos_first),
+                m(&|h| h.cos_rest),
+                m(&|h| h.norm_first),
+                m(&|h| h.norm_rest)
+            );
+        }
+        let b = &self.bars;
+        println!(
+            "\nattention bars (mean > {}, std < {}): {} found; dark ratio of bar tokens {}",
+            b.thresholds.mean_gt,
+            b.thresholds.std_lt,
+            b.total,
+            b.dark_ratio_bars
+                .map_or("-".to_string(), |x| format!("{x:.3}"))
+        );
+        println!("results: {}", dir.display());
+    }
+}

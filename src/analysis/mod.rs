@@ -1,0 +1,136 @@
+//! Looking inside a trained checkpoint (docs/reference.md §4, §6, §7): `inspect` (the
+//! `analyze` command), `dark` (dark signals), `stream` (StreamingLLM evaluation), with the
+//! probe kinds and the geometry helpers they share.
+//!
+//! Everything works on any sinklab checkpoint: non-softmax normalisers are read through their
+//! proxy (the metric is then Sink*), slots and sink tokens are reported as slot mass. Results go
+//! to `analysis.json` / `dark.json` and PNG plots in the output directory, and optionally to the
+//! run's TensorBoard (tags `analyze/...` and `dark/...` at the checkpoint's step).
+//!
+//! Definitions beyond `metrics`:
+//! - probe kinds (Gu et al. Table 1): `natural` = validation windows; `random` = tokens drawn
+//!   uniformly from the vocabulary without the special tokens; `repeated` = one such token
+//!   repeated (a different one per sequence); BOS first when the run trains with BOS; for a
+//!   run trained with a fixed or random token, also `as_trained` = the natural windows with
+//!   those token changes applied;
+//! - q·k geometry per (layer, head), queries t ≥ 1 (0-based): for the first key
+//!   `mean_t cos(q_t, k_0)` and `mean_t ‖q_t‖‖k_0‖/√d_h`, against the mean over the other
+//!   visible keys `1 ≤ j ≤ t`; the logit is their product;
+//! - attention bars ("HMLV" tokens, Cancedda §7): key position k ≥ 1 of a sequence in head
+//!   (l, h) whose received attention from the later queries `t ∈ (k, T)` (at least
+//!   `bar_min_queries` of them) has mean > `bar_mean` and standard deviation < `bar_std`;
+//! - massive channels: for each layer, how often each channel holds a massive activation
+//!   (|x| > 100 and ≥ 1000 × the sequence's median |h|), and the channels with the largest
+//!   max |h| with the share of those maxima found at token 1.
+
+pub mod dark;
+pub mod geometry;
+pub mod inspect;
+pub mod probes;
+pub mod stream;
+
+use crate::model::Lm;
+use crate::plot;
+use crate::run::OpenRun;
+use crate::tensorboard::EventWriter;
+use anyhow::{Context, Result};
+use burn::tensor::Tensor;
+use std::path::PathBuf;
+
+/// Where an analysis writes: its PNG figures and JSON file, and optionally the run's
+/// TensorBoard (tags `analyze/...`, `dark/...`, `stream/...` at the checkpoint's step).
+pub struct Output {
+    pub dir: PathBuf,
+    tb: Option<EventWriter>,
+    step: i64,
+    /// Files written so far, relative to `dir`.
+    pub files: Vec<String>,
+}
+
+impl Output {
+    /// `dir` (default `RUN/analysis/step_N/`) and, with `tb`, the run's TensorBoard at the
+    /// checkpoint's step.
+    pub fn new(dir: Option<PathBuf>, tb: bool, run: &OpenRun) -> Result<Self> {
+        let dir = dir.unwrap_or_else(|| {
+            run.run_dir
+                .join("analysis")
+                .join(format!("step_{:08}", run.state.step))
+        });
+        let (run_dir, step) = (&run.run_dir, run.state.step);
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let tb = if tb {
+            Some(EventWriter::create(&run_dir.join("tb"))?)
+        } else {
+            None
+        };
+        Ok(Self {
+            dir,
+            tb,
+            step: step as i64,
+            files: Vec::new(),
+        })
+    }
+
+    pub fn png(&mut self, name: &str, tag: &str, png: Vec<u8>) -> Result<()> {
+        plot::save(&self.dir.join(name), &png)?;
+        if let Some(tb) = &mut self.tb {
+            let (w, h) = plot::png_size(&png)?;
+            tb.add_png(tag, self.step, w, h, png)?;
+        }
+        self.files.push(name.to_string());
+        Ok(())
+    }
+
+    pub fn scalars(&mut self, prefix: &str, values: &[(String, f64)]) -> Result<()> {
+        if let Some(tb) = &mut self.tb {
+            let named: Vec<(String, f64)> = values
+                .iter()
+                .filter(|(_, v)| v.is_finite())
+                .map(|(k, v)| (format!("{prefix}/{k}"), *v))
+                .collect();
+            tb.add_scalars(self.step, &named)?;
+        }
+        Ok(())
+    }
+
+    pub fn json<T: serde::Serialize>(&mut self, name: &str, value: &T) -> Result<()> {
+        let path = self.dir.join(name);
+        std::fs::write(&path, serde_json::to_string_pretty(value)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+        self.files.push(name.to_string());
+        if let Some(tb) = &mut self.tb {
+            tb.flush()?;
+        }
+        Ok(())
+    }
+}
+
+/// The residual-side unembedding W_U (d × V; with `fold_gain`, `diag(g) W_U` with g the final
+/// norm's gain) and the embedding `Eᵀ` (d × V) as f64 host matrices.
+pub fn unembedding_and_embedding(
+    model: &Lm,
+    fold_gain: bool,
+) -> (Vec<f64>, Vec<f64>, usize, usize) {
+    let host = |t: Tensor<2>| -> Vec<f64> {
+        t.into_data()
+            .convert::<f32>()
+            .try_into_vec::<f32>()
+            .expect("f32")
+            .into_iter()
+            .map(f64::from)
+            .collect()
+    };
+    let [v, d] = model.embed.dims();
+    let e_t = host(model.embed.val().transpose()); // (d, V)
+    let mut w_u = match &model.head {
+        Some(h) => host(h.matrix()), // (d, V)
+        None => e_t.clone(),
+    };
+    if let Some(n) = model.norm_f.as_ref().filter(|_| fold_gain) {
+        let g = host(n.gain.val().unsqueeze::<2>());
+        for (i, gi) in g.iter().enumerate() {
+            w_u[i * v..(i + 1) * v].iter_mut().for_each(|x| *x *= gi);
+        }
+    }
+    (w_u, e_t, d, v)
+}

@@ -1,0 +1,336 @@
+//! `sinklab stream-eval` (StreamingLLM, docs/reference.md §6): token-by-token perplexity of one
+//! long text under cache policies with the same budget L (window only, one sink, S sinks, a
+//! sliding window re-computed over the last L tokens) and dense attention over the whole text,
+//! with the per-position curve.
+
+use crate::generate::{recompute_nll, stream_nll};
+use crate::model::CachePolicy;
+use crate::run::OpenRun;
+use anyhow::{Result, bail};
+use serde::Serialize;
+
+/// One policy's result.
+#[derive(Debug, Clone, Serialize)]
+pub struct StreamRow {
+    pub name: String,
+    /// Initial real tokens kept (None: not an evicting cache).
+    pub sinks: Option<usize>,
+    /// Recent tokens kept (the re-computation window for the recomputed row).
+    pub window: Option<usize>,
+    /// Tokens scored.
+    pub scored: usize,
+    pub mean_nll: f64,
+    pub ppl: f64,
+    /// Perplexity of the scored tokens past the training context (None if none are).
+    pub ppl_past_ctx: Option<f64>,
+    /// Perplexity of the scored tokens past the cache budget L, where eviction has begun
+    /// (None if none are).
+    pub ppl_past_budget: Option<f64>,
+    /// Per-token NLL (index i scores token i+1).
+    pub nll: Vec<f64>,
+}
+
+impl StreamRow {
+    pub fn new(
+        name: &str,
+        sinks: Option<usize>,
+        window: Option<usize>,
+        nll: Vec<f64>,
+        ctx: usize,
+        budget: usize,
+    ) -> Self {
+        let mean = |xs: &[f64]| xs.iter().sum::<f64>() / xs.len().max(1) as f64;
+        let past = |from: usize| (nll.len() > from).then(|| mean(&nll[from..]).exp());
+        let m = mean(&nll);
+        Self {
+            name: name.to_string(),
+            sinks,
+            window,
+            scored: nll.len(),
+            mean_nll: m,
+            ppl: m.exp(),
+            ppl_past_ctx: past(ctx),
+            ppl_past_budget: past(budget),
+            nll,
+        }
+    }
+}
+
+/// Options of `sinklab stream-eval`.
+#[derive(Debug, Clone)]
+pub struct StreamOptions {
+    /// Initial real tokens kept by the "window + sinks" policy.
+    pub sinks: usize,
+    /// Recent tokens kept by the "window + sinks" policy. Every policy gets the same budget
+    /// L = sinks + window: window only keeps L recent tokens, one sink keeps 1 + (L − 1), the
+    /// re-computation reference re-encodes the last L tokens.
+    pub window: usize,
+    /// Tokens of the evaluation text.
+    pub tokens: usize,
+    /// A text file to evaluate instead of the validation split.
+    pub text: Option<std::path::PathBuf>,
+    /// Windows per forward of the re-computation reference.
+    pub batch: usize,
+    pub out: Option<std::path::PathBuf>,
+    /// Also write the perplexities and the plot to the run's TensorBoard.
+    pub tensorboard: bool,
+}
+
+/// The default cache budget L for a model with training context `ctx`: half the context, at
+/// most 1024 tokens (StreamingLLM evaluates caches well inside the trained length).
+pub fn default_budget(ctx: usize) -> usize {
+    (ctx / 2).clamp(2, 1024)
+}
+
+/// The default length of the evaluation text: 16 × model.ctx, at most 4096 tokens.
+pub fn default_text_tokens(ctx: usize) -> usize {
+    (16 * ctx).min(4096)
+}
+
+/// Run `sinklab stream-eval` (StreamingLLM's evaluation, docs/reference.md §6): every policy on one
+/// long text with the same cache budget L, token by token; writes `stream.json` and
+/// `stream_ppl.png` (perplexity against position) and returns the report.
+pub fn stream_eval(
+    run: &OpenRun,
+    o: &StreamOptions,
+    log: &mut dyn FnMut(&str),
+) -> Result<StreamReport> {
+    let exp = &run.exp;
+    let ctx = exp.model.ctx;
+    let budget = o.sinks + o.window;
+    if o.window == 0 || budget > ctx {
+        bail!(
+            "--sinks {} --window {}: need a window ≥ 1 and a budget sinks + window ≤ model.ctx = {ctx}",
+            o.sinks,
+            o.window
+        );
+    }
+    let mut tokens: Vec<u32> = Vec::new();
+    if exp.data.bos {
+        tokens.push(run.data.tokenizer.bos_id);
+    }
+    match &o.text {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+            tokens.extend(run.data.tokenizer.encode(&text)?);
+        }
+        None => tokens.extend(run.data.domains.iter().flat_map(|d| d.val.iter().copied())),
+    }
+    tokens.truncate(o.tokens);
+    if tokens.len() < 2 {
+        bail!("the evaluation text has fewer than 2 tokens");
+    }
+    if tokens.len() < o.tokens {
+        log(&format!(
+            "the text has only {} tokens (asked for {})",
+            tokens.len(),
+            o.tokens
+        ));
+    }
+    let n = tokens.len();
+    let device = &run.device;
+    let mut model = burn::module::Module::valid(&run.model);
+    // Dense attention over the whole text, past the training length where positions exist.
+    let dense_limit = match model.fixed_length() {
+        None => {
+            model.extend_positions(n)?;
+            n
+        }
+        Some(why) => {
+            log(&format!(
+                "dense attention stops at model.ctx = {ctx} tokens: {why}"
+            ));
+            n.min(ctx + 1)
+        }
+    };
+    let policies = [
+        ("window only", 0, budget),
+        ("window + 1 sink", 1, budget - 1),
+        ("window + sinks", o.sinks, o.window),
+    ];
+    let mut seen = std::collections::BTreeSet::new();
+    let policies: Vec<_> = policies
+        .into_iter()
+        .filter(|(_, s, w)| seen.insert((*s, *w))) // e.g. --sinks 1 repeats the one-sink row
+        .collect();
+    let bar = crate::progress::progress_bar(
+        ((dense_limit - 1) + (n - 1) * (policies.len() + 1)) as u64,
+        "tokens",
+    );
+    let mut rows = Vec::new();
+    let dense_name = if dense_limit == n {
+        "dense".to_string()
+    } else {
+        format!("dense (within model.ctx = {ctx})")
+    };
+    let nll = stream_nll(
+        &model,
+        &tokens[..dense_limit],
+        CachePolicy::DENSE,
+        device,
+        &mut |_| bar.inc(1),
+    )?;
+    rows.push(StreamRow::new(&dense_name, None, None, nll, ctx, budget));
+    for (name, s, w) in policies {
+        let policy = CachePolicy {
+            sinks: s,
+            window: Some(w),
+        };
+        let nll = stream_nll(&model, &tokens, policy, device, &mut |_| bar.inc(1))?;
+        rows.push(StreamRow::new(
+            &format!("{name} ({s}+{w})"),
+            Some(s),
+            Some(w),
+            nll,
+            ctx,
+            budget,
+        ));
+    }
+    let nll = recompute_nll(&model, &tokens, budget, o.batch, device, &mut |k| {
+        bar.inc(k as u64)
+    })?;
+    bar.finish_and_clear();
+    rows.push(StreamRow::new(
+        &format!("sliding window, recomputed ({budget})"),
+        None,
+        Some(budget),
+        nll,
+        ctx,
+        budget,
+    ));
+    let dir = o.out.clone().unwrap_or_else(|| {
+        run.run_dir
+            .join("analysis")
+            .join(format!("step_{:08}", run.state.step))
+    });
+    std::fs::create_dir_all(&dir)?;
+    // Perplexity against position (StreamingLLM's figure): exp of the mean NLL over buckets of
+    // positions.
+    let bucket = (n / 64).max(8);
+    let series: Vec<crate::plot::Series> = rows
+        .iter()
+        .map(|r| crate::plot::Series {
+            name: r.name.clone(),
+            points: r
+                .nll
+                .chunks(bucket)
+                .enumerate()
+                .map(|(i, c)| {
+                    let mid = (i * bucket + c.len() / 2 + 1) as f64;
+                    (mid, (c.iter().sum::<f64>() / c.len() as f64).exp())
+                })
+                .collect(),
+            err: None,
+        })
+        .collect();
+    let png = crate::plot::lines(&crate::plot::LinePlot {
+        title: &format!(
+            "streaming perplexity, {n} tokens, cache budget L = {budget} (buckets of {bucket})"
+        ),
+        x_label: "position (token index)",
+        y_label: "perplexity",
+        series: &series,
+        log_x: false,
+        log_y: true,
+        hlines: &[],
+        vlines: &[
+            (format!("L = {budget} (eviction starts)"), budget as f64),
+            (format!("model.ctx = {ctx}"), ctx as f64),
+        ],
+        markers: false,
+    })?;
+    crate::plot::save(&dir.join("stream_ppl.png"), &png)?;
+    if o.tensorboard {
+        let mut tb = crate::tensorboard::EventWriter::create(&run.run_dir.join("tb"))?;
+        let step = run.state.step as i64;
+        let tag = |r: &StreamRow| {
+            r.name
+                .split(" (")
+                .next()
+                .unwrap_or(&r.name)
+                .replace([' ', ','], "_")
+                .replace('+', "plus")
+        };
+        let mut scalars = Vec::new();
+        for r in &rows {
+            scalars.push((format!("stream/ppl/{}", tag(r)), r.ppl));
+            if let Some(p) = r.ppl_past_ctx {
+                scalars.push((format!("stream/ppl_past_ctx/{}", tag(r)), p));
+            }
+            if let Some(p) = r.ppl_past_budget {
+                scalars.push((format!("stream/ppl_past_budget/{}", tag(r)), p));
+            }
+        }
+        tb.add_scalars(step, &scalars)?;
+        let (w, h) = crate::plot::png_size(&png)?;
+        tb.add_png("stream/ppl_vs_position", step, w, h, png)?;
+        tb.flush()?;
+    }
+    let value = StreamReport {
+        run_dir: run.run_dir.clone(),
+        checkpoint: run.checkpoint.clone(),
+        step: run.state.step,
+        tokens: n,
+        ctx,
+        budget,
+        sinks: o.sinks,
+        window: o.window,
+        model_sink_tokens: exp.model.sink_tokens,
+        slot: format!("{:?}", exp.model.attention.slot),
+        rows,
+        dir: dir.clone(),
+    };
+    std::fs::write(
+        dir.join("stream.json"),
+        serde_json::to_string_pretty(&value)?,
+    )?;
+    Ok(value)
+}
+
+/// What `sinklab stream-eval` measured (`stream.json`).
+#[derive(Debug, Clone, Serialize)]
+pub struct StreamReport {
+    pub run_dir: std::path::PathBuf,
+    pub checkpoint: std::path::PathBuf,
+    pub step: u64,
+    pub tokens: usize,
+    pub ctx: usize,
+    /// The cache budget L every policy gets.
+    pub budget: usize,
+    pub sinks: usize,
+    pub window: usize,
+    pub model_sink_tokens: usize,
+    pub slot: String,
+    pub rows: Vec<StreamRow>,
+    /// Where the report and the plot were written.
+    #[serde(skip)]
+    pub dir: std::path::PathBuf,
+}
+
+impl StreamReport {
+    /// The terminal table.
+    pub fn print(&self) {
+        println!(
+            "stream-eval: {} tokens, model.ctx = {}; every cache policy keeps L = {} tokens \
+             (plus the model's own sink tokens / slots)",
+            self.tokens, self.ctx, self.budget
+        );
+        println!(
+            "{:>40} {:>7} {:>10} {:>14} {:>14}",
+            "policy", "scored", "PPL", "PPL past L", "PPL past ctx"
+        );
+        let opt = |p: Option<f64>| p.map_or("-".into(), |p| format!("{p:.2}"));
+        for r in &self.rows {
+            println!(
+                "{:>40} {:>7} {:>10.2} {:>14} {:>14}",
+                r.name,
+                r.scored,
+                r.ppl,
+                opt(r.ppl_past_budget),
+                opt(r.ppl_past_ctx)
+            );
+        }
+        println!("results: {}", self.dir.display());
+    }
+}

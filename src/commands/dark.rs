@@ -1,0 +1,80 @@
+//! `sinklab dark`.
+
+use super::AnalysisArgs;
+use crate::analysis::dark::{self, DarkOptions, FilterLayers};
+use anyhow::{Result, anyhow};
+use std::path::PathBuf;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// A run directory (its newest checkpoint is used) or runs/NAME/checkpoints/step_N.
+    pub checkpoint: PathBuf,
+    #[command(flatten)]
+    pub common: AnalysisArgs,
+    /// Number of bands (the last one is the dark band).
+    #[arg(long, default_value_t = 20)]
+    pub bands: usize,
+    /// Where to filter: comma-separated block inputs 0..=L (L = before the final norm), each
+    /// on its own; `each` for every block input, one at a time; `all` for every block input
+    /// at once. Default: one at a time at up to 5 evenly spaced block inputs.
+    #[arg(long)]
+    pub layer: Option<String>,
+    /// Values of k to sweep (comma-separated; default 1, 2, 3, 4, every eighth of the bands,
+    /// bands − 1 and bands).
+    #[arg(long, value_delimiter = ',')]
+    pub k: Vec<usize>,
+    /// Which unembedding to decompose: `plain` W_U (the paper) or `folded`, diag(g) W_U with
+    /// the final norm's gain g folded in (the map the normalised residual stream meets).
+    #[arg(long, default_value = "plain", value_parser = ["plain", "folded"])]
+    pub w_u: String,
+    /// Validation sequences for ΔNLL (default: train.eval_sequences).
+    #[arg(long)]
+    pub sequences: Option<usize>,
+    /// Probe sequences for Sink1 under each filter.
+    #[arg(long, default_value_t = 32)]
+    pub probe_sequences: usize,
+    /// Probe length for Sink1 and the band energies.
+    #[arg(long, default_value_t = 64)]
+    pub probe_len: usize,
+}
+
+pub fn run(a: Args) -> Result<()> {
+    let run = a.common.device.open(&a.checkpoint)?;
+    let layers = match a.layer.as_deref() {
+        None => None,
+        Some("all") => Some(FilterLayers::All),
+        Some("each") => Some(FilterLayers::Each((0..=run.exp.model.n_layers).collect())),
+        Some(list) => Some(FilterLayers::Each(
+            list.split(',')
+                .map(|x| {
+                    x.trim().parse::<usize>().map_err(|_| {
+                        anyhow!(
+                            "--layer {list}: expected `each`, `all` or comma-separated block \
+                             inputs such as 2 or 0,3"
+                        )
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?,
+        )),
+    };
+    let o = DarkOptions {
+        bands: a.bands,
+        layers,
+        ks: a.k,
+        fold_gain: a.w_u == "folded",
+        sequences: a.sequences,
+        probe_sequences: a.probe_sequences,
+        probe_len: a.probe_len,
+        out: a.common.out,
+        tensorboard: a.common.tensorboard,
+        seed: a.common.seed,
+    };
+    let report = dark::dark(&run, &o, &mut |m| eprintln!("{m}"))?;
+    let dir = o.out.clone().unwrap_or_else(|| {
+        run.run_dir
+            .join("analysis")
+            .join(format!("step_{:08}", run.state.step))
+    });
+    report.print(&dir);
+    Ok(())
+}

@@ -1,0 +1,117 @@
+//! `sinklab eval`: the validation loss and the sink metrics of a checkpoint.
+
+use super::RunDevice;
+use crate::data::{self, Sampler};
+use crate::eval::{eval_loss, probe_metrics};
+use crate::metrics::{SinkReport, uniform_first_mass};
+use anyhow::Result;
+use std::path::PathBuf;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// A run directory (its newest checkpoint is used) or runs/NAME/checkpoints/step_N.
+    pub path: PathBuf,
+    #[command(flatten)]
+    pub device: RunDevice,
+    /// Print the full report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(a: Args) -> Result<()> {
+    let run = a.device.open(&a.path)?;
+    let (exp, model, device, ds) = (&run.exp, &run.model, &run.device, &run.data);
+    // Validation and probes carry the training data's token changes, as in training.
+    let sampler = Sampler::new(ds, &exp.data, exp.model.ctx, exp.run.seed)?;
+    let mut plain =
+        data::validation_batch(ds, exp.train.eval_sequences, exp.model.ctx, exp.data.bos)?;
+    data::ignore_first_targets(&mut plain, exp.model.attention.mask.ignored_targets());
+    let mut val = plain.clone();
+    sampler.apply_token_changes(&mut val);
+    let mut probe = data::validation_batch(
+        ds,
+        exp.metrics.probe_sequences,
+        exp.metrics.probe_len,
+        exp.data.bos,
+    )?;
+    sampler.apply_token_changes(&mut probe);
+    let chunk = exp.train.micro_batch;
+    let loss = eval_loss(model, &val, chunk, device);
+    let loss_unchanged = sampler
+        .has_token_changes()
+        .then(|| eval_loss(model, &plain, chunk, device));
+    let report = probe_metrics(model, &probe, chunk, exp, device);
+    if a.json {
+        let scalars: serde_json::Map<String, serde_json::Value> = report
+            .scalars()
+            .into_iter()
+            .map(|(k, v)| (k, serde_json::json!(v)))
+            .collect();
+        println!(
+            "{}",
+            serde_json::json!({"run_dir": run.run_dir, "step": run.state.step, "val_loss": loss,
+                "val_loss_unchanged": loss_unchanged, "scalars": scalars})
+        );
+        return Ok(());
+    }
+    println!("run {} at step {}", run.run_dir.display(), run.state.step);
+    match loss_unchanged {
+        None => println!("validation loss: {loss:.4} (ppl {:.2})", loss.exp()),
+        Some(u) => println!(
+            "validation loss: {loss:.4} (ppl {:.2}) with the training data's token changes; \
+             {u:.4} (ppl {:.2}) on the unchanged text",
+            loss.exp(),
+            u.exp()
+        ),
+    }
+    print_report(&report, exp.metrics.probe_sequences, exp.metrics.probe_len);
+    Ok(())
+}
+
+/// The sink-metric tables of a probe pass.
+fn print_report(report: &SinkReport, sequences: usize, len: usize) {
+    println!("\nSink_k^eps (%), probe {sequences} × {len}:");
+    let k_max = report.sink_rate.values().next().map_or(0, Vec::len);
+    print!("{:>6}", "eps");
+    for k in 1..=k_max {
+        print!("{:>7}", format!("k={k}"));
+    }
+    println!();
+    for (e, rates) in &report.sink_rate {
+        print!("{e:>6}");
+        for r in rates {
+            print!("{r:>7.1}");
+        }
+        println!();
+    }
+    if !report.slot_rate.is_empty() {
+        print!("\nSink1* on the slot (sink logit / KV-K bias / memory / sink tokens), %:");
+        for (e, r) in &report.slot_rate {
+            print!("  eps {e}: {r:.1}");
+        }
+        println!();
+    }
+    println!(
+        "F-Attn (mean attention on token 1) {:.3} (uniform causal attention: {:.3}) | M-Act \
+         (largest mean top-1 |h|) {:.2}",
+        report.f_attn(),
+        uniform_first_mass(len),
+        report.m_act()
+    );
+    println!(
+        "\nper layer: first-token importance by head | norm ratio | entropy | massive | slot mass | gate"
+    );
+    for (l, heads) in report.importance_first.iter().enumerate() {
+        let hs: Vec<String> = heads.iter().map(|v| format!("{v:.2}")).collect();
+        let opt = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.3}"));
+        println!(
+            "layer {l:02}: [{}] | {:.2} | {:.3} | {:.1} | {} | {}",
+            hs.join(" "),
+            report.hidden[l].norm_ratio,
+            report.entropy[l],
+            report.hidden[l].massive_count,
+            opt(report.slot_mass[l]),
+            opt(report.gate_mean[l])
+        );
+    }
+}

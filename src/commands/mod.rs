@@ -1,0 +1,170 @@
+//! The command line: one module per command, each owning its arguments (a `clap::Args`
+//! struct), the call into the library and the printing. `main.rs` parses [`Cli`] and calls
+//! [`run`].
+
+pub mod analyze;
+pub mod bench;
+pub mod check;
+pub mod dark;
+pub mod eval;
+pub mod generate;
+pub mod init_check;
+pub mod report;
+pub mod stream_eval;
+pub mod sweep;
+pub mod train;
+
+use crate::config::{self, DeviceKind, Experiment};
+use crate::run::{self, OpenRun};
+use anyhow::{Result, anyhow};
+use clap::{Parser, Subcommand};
+use std::path::{Path, PathBuf};
+
+#[derive(Parser)]
+#[command(
+    name = "sinklab",
+    version,
+    about = "Train and measure transformers for attention-sink research (Burn backend)",
+    long_about = "sinklab trains causal LMs defined in strict TOML experiment files and measures \
+                  attention sinks (Sink_k^ε, first-token importance, massive activations) while they \
+                  train, writing TensorBoard events and metrics.jsonl.\n\nQuickstart:\n  \
+                  sinklab train experiments/quickstart.toml\n  tensorboard --logdir runs"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+pub enum Cmd {
+    /// Train an experiment: writes runs/NAME/{resolved.toml, provenance.json, metrics.jsonl, tb/, checkpoints/}.
+    Train(train::Args),
+    /// Validate experiment files and print every error (file, TOML path, what is valid).
+    Check(check::Args),
+    /// Validation loss and sink metrics of a trained run directory or checkpoint directory.
+    Eval(eval::Args),
+    /// Look inside a checkpoint: Sink_k^eps on natural / random / repeated-token probes, slot
+    /// masses, first-token importance heat map, attention maps, attention bars, activations
+    /// (norms, massive channels, key/value norms) and the q·k angle/norm decomposition. Writes
+    /// analysis.json and PNG plots (default RUN/analysis/step_N/).
+    Analyze(analyze::Args),
+    /// Dark signals (Cancedda 2024): SVD bands of W_U and W_E, band energy of the residual
+    /// stream (first token vs rest), head/MLP write weights on the bands, and spectral filters
+    /// swept over k, applied one block input at a time (the paper's per-layer curves): Φ_k (W_U
+    /// bands 1..k), Ω_k (1..k + the dark band), Ψ_k = I − Φ_e,(k+1):n Φ_u,(k+1):n (the joint
+    /// W_E/W_U tail removed), Φ_e,k (W_E bands 1..k) and a random-orthonormal-basis control,
+    /// with ΔNLL and Sink1 for each. Writes dark.json and PNG plots.
+    Dark(dark::Args),
+    /// Sample a continuation with a KV cache (temperature, top-k).
+    Generate(generate::Args),
+    /// StreamingLLM evaluation: token-by-token perplexity of a long text with a cache of the
+    /// first S plus the last W tokens (positions in cache coordinates), against window only
+    /// (0 + L), one sink (1 + (L − 1)) and a sliding window re-computed over the last L tokens,
+    /// all with the same budget L = S + W, and dense attention over the whole text (past the
+    /// training context where the positions exist). Writes stream.json and stream_ppl.png
+    /// (perplexity against position).
+    StreamEval(stream_eval::Args),
+    /// Run a sweep: expand FILE into runs (axes × seeds), run them N at a time as child
+    /// processes, skip finished runs, resume unfinished ones; a failing run is recorded and the
+    /// others go on. Ctrl-C checkpoints every running run and stops.
+    Sweep(sweep::Args),
+    /// Summarise a sweep directory: report.md, report.csv and report.json (mean ± std over
+    /// seeds of the final Sink1, slot Sink1*, largest Sink_k and its position k, first-token
+    /// attention mass, val loss and norm ratio; the step at which Sink1 first exceeds a
+    /// threshold) and PNG plots (final Sink against each axis, Sink1 against step).
+    Report(report::Args),
+    /// Signal propagation at init: build the model, push validation sequences through it and
+    /// report every layer's token kernel (mean off-diagonal cosine: 1 = rank collapse; diagonal
+    /// scale ‖x‖²/d; for U-SPA / E-SPA the distance to the target Σ_l and the smallest entry of
+    /// A_l).
+    InitCheck(init_check::Args),
+    /// Training throughput (tokens/s), model FLOPs utilisation and peak memory of an experiment's model.
+    Bench(bench::Args),
+}
+
+/// Run a parsed command line.
+pub fn run(cli: Cli) -> Result<()> {
+    match cli.cmd {
+        Cmd::Train(a) => train::run(a),
+        Cmd::Check(a) => check::run(a),
+        Cmd::Eval(a) => eval::run(a),
+        Cmd::Analyze(a) => analyze::run(a),
+        Cmd::Dark(a) => dark::run(a),
+        Cmd::Generate(a) => generate::run(a),
+        Cmd::StreamEval(a) => stream_eval::run(a),
+        Cmd::Sweep(a) => sweep::run(a),
+        Cmd::Report(a) => report::run(a),
+        Cmd::InitCheck(a) => init_check::run(a),
+        Cmd::Bench(a) => bench::run(a),
+    }
+}
+
+/// `--set` overrides and `--device`, for the commands that read an experiment file.
+#[derive(clap::Args, Clone)]
+pub struct Overrides {
+    /// Override a config value: --set optim.lr=1e-3 (repeatable; value parsed as TOML).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+    /// Backend device (shorthand for --set run.device=...): flex, wgpu or cuda.
+    #[arg(long, value_name = "DEVICE")]
+    pub device: Option<String>,
+}
+
+impl Overrides {
+    /// The overrides as `--set` assignments, `--device` last.
+    pub fn all(&self) -> Result<Vec<String>> {
+        let mut v = self.set.clone();
+        if let Some(d) = &self.device {
+            parse_device(d)?;
+            v.push(format!("run.device=\"{d}\""));
+        }
+        Ok(v)
+    }
+
+    /// Load `path` with these overrides.
+    pub fn load(&self, path: &Path) -> Result<Experiment> {
+        Ok(config::load(path, &self.all()?)?)
+    }
+}
+
+/// `--device` of the commands that open a run (default: the run's own device).
+#[derive(clap::Args, Clone)]
+pub struct RunDevice {
+    /// Backend device (default: the run's).
+    #[arg(long)]
+    pub device: Option<String>,
+}
+
+impl RunDevice {
+    /// Open a run directory (newest checkpoint) or checkpoint directory on this device.
+    pub fn open(&self, path: &Path) -> Result<OpenRun> {
+        let device = self.device.as_deref().map(parse_device).transpose()?;
+        run::open_run(path, device, &mut |m| eprintln!("{m}"))
+    }
+}
+
+/// A device name, or an error that lists the valid ones.
+pub fn parse_device(d: &str) -> Result<DeviceKind> {
+    DeviceKind::parse(d).ok_or_else(|| {
+        anyhow!(
+            "--device {d}: unknown device; valid: {}",
+            DeviceKind::ALL.join(", ")
+        )
+    })
+}
+
+/// Options shared by `analyze` and `dark`.
+#[derive(clap::Args, Clone)]
+pub struct AnalysisArgs {
+    /// Output directory (default RUN/analysis/step_N/).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Also write scalars and plots to the run's TensorBoard (at the checkpoint's step).
+    #[arg(long)]
+    pub tensorboard: bool,
+    /// Seed of the random probes / random basis.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    #[command(flatten)]
+    pub device: RunDevice,
+}

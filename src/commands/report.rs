@@ -1,0 +1,28 @@
+//! `sinklab report`.
+
+use crate::metrics::HEADLINE_EPS;
+use crate::report;
+use anyhow::Result;
+use std::path::PathBuf;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// A sweep directory (holding sweep.json).
+    pub dir: PathBuf,
+    /// ε of the Sink1 reported (must be one of the runs' metrics.eps).
+    #[arg(long, default_value_t = HEADLINE_EPS)]
+    pub eps: f64,
+    /// Emergence: the first probe step at which Sink1 exceeds this percentage.
+    #[arg(long, default_value_t = 5.0)]
+    pub threshold: f64,
+}
+
+pub fn run(a: Args) -> Result<()> {
+    let md = report::report(&a.dir, a.eps, a.threshold)?;
+    println!("{md}");
+    println!(
+        "wrote {}/report.md, report.csv, report.json and plots",
+        a.dir.display()
+    );
+    Ok(())
+}

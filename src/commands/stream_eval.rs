@@ -1,0 +1,55 @@
+//! `sinklab stream-eval`.
+
+use super::RunDevice;
+use crate::analysis::stream::{self, StreamOptions, default_budget, default_text_tokens};
+use anyhow::Result;
+use std::path::PathBuf;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// A run directory (its newest checkpoint is used) or runs/NAME/checkpoints/step_N.
+    pub checkpoint: PathBuf,
+    /// Initial tokens kept (attention sinks).
+    #[arg(long, default_value_t = 4)]
+    pub sinks: usize,
+    /// Recent tokens kept (default: min(model.ctx / 2, 1024) − sinks); the budget L of every
+    /// policy is sinks + window.
+    #[arg(long)]
+    pub window: Option<usize>,
+    /// Tokens of text to evaluate (default: 16 × model.ctx, at most 4096) from the validation
+    /// split.
+    #[arg(long)]
+    pub tokens: Option<usize>,
+    /// Evaluate this text file instead of the validation split.
+    #[arg(long)]
+    pub text: Option<PathBuf>,
+    /// Windows per forward for the re-computation reference.
+    #[arg(long, default_value_t = 16)]
+    pub batch: usize,
+    /// Output directory (default RUN/analysis/step_N/).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Also write the perplexities and the plot to the run's TensorBoard.
+    #[arg(long)]
+    pub tensorboard: bool,
+    #[command(flatten)]
+    pub device: RunDevice,
+}
+
+pub fn run(a: Args) -> Result<()> {
+    let run = a.device.open(&a.checkpoint)?;
+    let ctx = run.exp.model.ctx;
+    let o = StreamOptions {
+        sinks: a.sinks,
+        window: a
+            .window
+            .unwrap_or(default_budget(ctx).saturating_sub(a.sinks)),
+        tokens: a.tokens.unwrap_or(default_text_tokens(ctx)),
+        text: a.text,
+        batch: a.batch,
+        out: a.out,
+        tensorboard: a.tensorboard,
+    };
+    stream::stream_eval(&run, &o, &mut |m| eprintln!("{m}"))?.print();
+    Ok(())
+}

@@ -1,0 +1,346 @@
+//! Loading an experiment file: the `base` chain, deep merge, `--set` overrides,
+//! dependent defaults, and deserialization that collects every structural error.
+
+use super::schema::*;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// One problem in an experiment file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConfigError {
+    pub file: String,
+    /// Dotted TOML path, e.g. `model.n_heads`.
+    pub path: String,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.path.is_empty() {
+            write!(f, "{}: {}", self.file, self.message)
+        } else {
+            write!(f, "{}: `{}`: {}", self.file, self.path, self.message)
+        }
+    }
+}
+
+/// Every problem found in one or more files.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ConfigErrors(pub Vec<ConfigError>);
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.0.len();
+        writeln!(
+            f,
+            "{n} error{} in experiment configuration:",
+            if n == 1 { "" } else { "s" }
+        )?;
+        for e in &self.0 {
+            writeln!(f, "  - {e}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigErrors {}
+
+/// Read a file and its `base` chain into one merged TOML table.
+fn load_merged(path: &Path, chain: &mut Vec<PathBuf>) -> Result<toml::Table, ConfigError> {
+    let file = path.display().to_string();
+    let err = |path: &str, message: String| ConfigError {
+        file: file.clone(),
+        path: path.into(),
+        message,
+    };
+    let canonical = path
+        .canonicalize()
+        .map_err(|e| err("", format!("cannot read file: {e}")))?;
+    if chain.contains(&canonical) {
+        return Err(err(
+            "base",
+            "inheritance cycle: this file is its own base".into(),
+        ));
+    }
+    chain.push(canonical);
+    let text =
+        std::fs::read_to_string(path).map_err(|e| err("", format!("cannot read file: {e}")))?;
+    let mut table: toml::Table = toml::from_str(&text)
+        .map_err(|e| err("", format!("not valid TOML: {}", e.message().trim())))?;
+    match table.remove("base") {
+        None => Ok(table),
+        Some(toml::Value::String(base)) => {
+            let base_path = path.parent().unwrap_or(Path::new(".")).join(&base);
+            let mut merged = load_merged(&base_path, chain).map_err(|mut e| {
+                if e.path.is_empty() && e.message.starts_with("cannot read") {
+                    e = err(
+                        "base",
+                        format!("base file `{}`: {}", base_path.display(), e.message),
+                    );
+                }
+                e
+            })?;
+            deep_merge(&mut merged, table);
+            Ok(merged)
+        }
+        Some(other) => Err(err(
+            "base",
+            format!(
+                "found {} `{other}`, expected a string: the path of a base experiment file",
+                other.type_str()
+            ),
+        )),
+    }
+}
+
+/// Merge `over` into `base`: tables merge key by key, anything else is replaced. A table whose
+/// `kind` differs from the base table's `kind` replaces it wholesale.
+pub fn deep_merge(base: &mut toml::Table, over: toml::Table) {
+    for (key, value) in over {
+        match (base.get_mut(&key), value) {
+            (Some(toml::Value::Table(b)), toml::Value::Table(o)) => {
+                let kind_changed = o.get("kind").is_some() && o.get("kind") != b.get("kind");
+                if kind_changed {
+                    *b = o;
+                } else {
+                    deep_merge(b, o);
+                }
+            }
+            (_, value) => {
+                base.insert(key, value);
+            }
+        }
+    }
+}
+
+/// Apply one `a.b.c=value` override. The value is parsed as a TOML value (`3e-4`, `true`,
+/// `[1, 2]`, `{ kind = "nope" }`); anything that is not valid TOML is taken as a string.
+pub fn apply_override(table: &mut toml::Table, assignment: &str) -> Result<(), String> {
+    let (key, raw) = assignment
+        .split_once('=')
+        .ok_or_else(|| format!("--set `{assignment}`: expected KEY=VALUE, e.g. optim.lr=1e-3"))?;
+    let key = key.trim();
+    let raw = raw.trim();
+    if key.is_empty() || key.split('.').any(str::is_empty) {
+        return Err(format!(
+            "--set `{assignment}`: empty key segment in `{key}`"
+        ));
+    }
+    let value = match toml::from_str::<toml::Table>(&format!("v = {raw}")) {
+        Ok(mut t) => t.remove("v").expect("parsed key"),
+        Err(_) => toml::Value::String(raw.to_string()),
+    };
+    let segments: Vec<&str> = key.split('.').collect();
+    let mut over = toml::Table::new();
+    let mut cursor = &mut over;
+    for seg in &segments[..segments.len() - 1] {
+        cursor = cursor
+            .entry(seg.to_string())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()))
+            .as_table_mut()
+            .expect("fresh table");
+    }
+    cursor.insert(segments[segments.len() - 1].to_string(), value);
+    deep_merge(table, over);
+    Ok(())
+}
+
+/// Remove the value at a serde path from a table; returns false when the path does not exist.
+fn remove_at(table: &mut toml::Table, path: &[String]) -> bool {
+    let Some((last, init)) = path.split_last() else {
+        return false;
+    };
+    let mut cursor = table;
+    for seg in init {
+        match cursor.get_mut(seg) {
+            Some(toml::Value::Table(t)) => cursor = t,
+            _ => return false,
+        }
+    }
+    cursor.remove(last).is_some()
+}
+
+fn path_segments(path: &serde_path_to_error::Path) -> Vec<String> {
+    use serde_path_to_error::Segment;
+    path.iter()
+        .filter_map(|seg| match seg {
+            Segment::Map { key } => Some(key.clone()),
+            Segment::Seq { index } => Some(index.to_string()),
+            Segment::Enum { .. } | Segment::Unknown => None,
+        })
+        .collect()
+}
+
+/// Rewrite serde's messages in the terms a user of the file needs.
+fn explain(message: &str) -> String {
+    let m = message.trim();
+    if let Some(rest) = m.strip_prefix("unknown variant ") {
+        return format!("unknown choice {rest}");
+    }
+    if let Some(rest) = m.strip_prefix("invalid type: ") {
+        let rest = rest
+            .replace("expected f64", "expected a number")
+            .replace("expected usize", "expected a non-negative integer")
+            .replace("expected u64", "expected a non-negative integer")
+            .replace("expected u32", "expected a non-negative integer");
+        return format!("wrong type: {rest}");
+    }
+    m.to_string()
+}
+
+/// Deserialize a merged table, collecting every structural error: unknown keys, wrong types,
+/// unknown enum choices. Each failing key is removed and deserialization retried, so one
+/// mistake does not hide the next.
+fn deserialize_all(file: &str, mut table: toml::Table) -> Result<Experiment, ConfigErrors> {
+    let mut errors = Vec::new();
+    let mut removed: Vec<String> = Vec::new();
+    for _ in 0..256 {
+        let value = toml::Value::Table(table.clone());
+        match serde_path_to_error::deserialize::<_, Experiment>(value) {
+            Ok(exp) => {
+                return if errors.is_empty() {
+                    Ok(exp)
+                } else {
+                    Err(ConfigErrors(errors))
+                };
+            }
+            Err(e) => {
+                let mut segs = path_segments(e.path());
+                let full_msg = e.inner().to_string();
+                let msg = full_msg.lines().next().unwrap_or_default().to_string();
+                // serde reports an unknown field at the parent's path; name the field itself.
+                if let Some(field) = msg
+                    .strip_prefix("unknown field `")
+                    .and_then(|r| r.split('`').next())
+                {
+                    if segs.last().map(String::as_str) != Some(field) {
+                        segs.push(field.to_string());
+                    }
+                    let valid = msg
+                        .split_once(", expected ")
+                        .map(|(_, v)| v.to_string())
+                        .unwrap_or_default();
+                    errors.push(ConfigError {
+                        file: file.into(),
+                        path: segs.join("."),
+                        message: format!("unknown key; valid keys here: {valid}"),
+                    });
+                } else if let Some(field) = msg
+                    .strip_prefix("missing field `")
+                    .and_then(|r| r.split('`').next())
+                {
+                    let mut full = segs.clone();
+                    full.push(field.to_string());
+                    // A required field that was removed because of an earlier error is not a
+                    // second mistake. Either way, drop the incomplete table and go on.
+                    if !removed.contains(&full.join(".")) {
+                        errors.push(ConfigError {
+                            file: file.into(),
+                            path: full.join("."),
+                            message: "missing required key".into(),
+                        });
+                    }
+                } else {
+                    errors.push(ConfigError {
+                        file: file.into(),
+                        path: segs.join("."),
+                        message: explain(&msg),
+                    });
+                }
+                removed.push(segs.join("."));
+                if !remove_at(&mut table, &segs) {
+                    return Err(ConfigErrors(errors));
+                }
+            }
+        }
+    }
+    Err(ConfigErrors(errors))
+}
+
+/// Load an experiment file with its base chain and overrides, and validate it.
+pub fn load(path: &Path, overrides: &[String]) -> Result<Experiment, ConfigErrors> {
+    let file = path.display().to_string();
+    let mut table = load_merged(path, &mut Vec::new()).map_err(|e| ConfigErrors(vec![e]))?;
+    let mut errors = Vec::new();
+    for o in overrides {
+        if let Err(message) = apply_override(&mut table, o) {
+            errors.push(ConfigError {
+                file: "--set".into(),
+                path: String::new(),
+                message,
+            });
+        }
+    }
+    if !errors.is_empty() {
+        return Err(ConfigErrors(errors));
+    }
+    from_table(&file, table)
+}
+
+/// An experiment file merged with its base chain, before deserialization (for sweeps).
+pub fn load_table(path: &Path) -> Result<toml::Table, ConfigErrors> {
+    load_merged(path, &mut Vec::new()).map_err(|e| ConfigErrors(vec![e]))
+}
+
+/// Deserialize and validate a merged experiment table; errors name `file`.
+pub fn from_table(file: &str, mut table: toml::Table) -> Result<Experiment, ConfigErrors> {
+    fill_dependent_defaults(&mut table);
+    let exp = deserialize_all(file, table)?;
+    let problems = exp.validate();
+    if problems.is_empty() {
+        Ok(exp)
+    } else {
+        Err(ConfigErrors(
+            problems
+                .into_iter()
+                .map(|(path, message)| ConfigError {
+                    file: file.to_string(),
+                    path,
+                    message,
+                })
+                .collect(),
+        ))
+    }
+}
+
+/// Parse an experiment from a TOML string (no base, no overrides); used for `resolved.toml`.
+pub fn from_str(name: &str, text: &str) -> Result<Experiment, ConfigErrors> {
+    let table: toml::Table = toml::from_str(text).map_err(|e| {
+        ConfigErrors(vec![ConfigError {
+            file: name.into(),
+            path: String::new(),
+            message: format!("not valid TOML: {}", e.message().trim()),
+        }])
+    })?;
+    from_table(name, table)
+}
+
+/// Fill the defaults that depend on other keys into a merged experiment table, before it is
+/// deserialized (so that `resolved.toml` records them): a SAS / SAS-P block without `beta_ff`
+/// gets `{ init = sas_beta_ff_init(model.n_layers), trainable = true }`. Values of the wrong
+/// type are left alone for deserialization to report.
+fn fill_dependent_defaults(table: &mut toml::Table) {
+    let Some(toml::Value::Table(model)) = table.get_mut("model") else {
+        return;
+    };
+    let n_layers = match model.get("n_layers") {
+        Some(toml::Value::Integer(n)) if *n > 0 => *n as usize,
+        _ => ModelConfig::default().n_layers,
+    };
+    let Some(toml::Value::Table(block)) = model.get_mut("block") else {
+        return;
+    };
+    let is_sas = matches!(
+        block.get("kind").and_then(toml::Value::as_str),
+        Some("sas" | "sas_p")
+    );
+    if is_sas && !block.contains_key("beta_ff") {
+        let mut gain = toml::Table::new();
+        gain.insert(
+            "init".into(),
+            toml::Value::Float(sas_beta_ff_init(n_layers)),
+        );
+        gain.insert("trainable".into(), toml::Value::Boolean(true));
+        block.insert("beta_ff".into(), toml::Value::Table(gain));
+    }
+}

@@ -1,0 +1,344 @@
+//! The experiment schema: every table and choice of an experiment file as a typed struct or
+//! closed enum, with its documentation. Defaults live in one place: each struct's `Default`
+//! impl (the structs are `#[serde(default)]`, so an absent key takes the value `Default` gives);
+//! a variant's own fields carry theirs in `#[serde(default = ...)]`. Defaults that depend on
+//! other keys (SAS β_FF) are filled by `load` before deserialization.
+
+pub use super::attention::*;
+pub use super::model::*;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// One experiment, fully resolved.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Experiment {
+    pub run: RunConfig,
+    pub data: DataConfig,
+    pub model: ModelConfig,
+    pub optim: OptimConfig,
+    pub train: TrainConfig,
+    pub metrics: MetricsConfig,
+}
+
+/// `[run]`: identity and placement of a run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RunConfig {
+    /// Run name; the run directory is `out_dir/name`.
+    pub name: String,
+    /// Parent directory of run directories (relative to the current directory).
+    pub out_dir: PathBuf,
+    /// Seed for parameter init, data sampling and probe selection.
+    pub seed: u64,
+    /// Backend device: `flex` (CPU), `wgpu`, `cuda` (each needs its cargo feature).
+    pub device: DeviceKind,
+    /// Data parallelism over this many GPUs of `device` (cuda: devices 0..N; wgpu: discrete
+    /// GPUs 0..N): each takes its share of the micro-batches, gradients are summed on device 0.
+    /// The CPU backend already spreads micro-batches over every core, so `flex` needs 1.
+    pub devices: usize,
+}
+
+impl Default for RunConfig {
+    fn default() -> Self {
+        Self {
+            name: "run".into(),
+            out_dir: "runs".into(),
+            seed: 0,
+            device: DeviceKind::default(),
+            devices: 1,
+        }
+    }
+}
+
+/// Which Burn backend runs the work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeviceKind {
+    /// Burn `flex`: pure-Rust CPU backend (cargo feature `flex`, the default).
+    #[default]
+    Flex,
+    /// Burn `wgpu` (cargo feature `wgpu`): any Vulkan/Metal/DX12 device, including Mesa's
+    /// software Vulkan (lavapipe).
+    Wgpu,
+    /// Burn `cuda` (cargo feature `cuda`): NVIDIA GPUs.
+    Cuda,
+}
+
+impl DeviceKind {
+    pub const ALL: [&'static str; 3] = ["flex", "wgpu", "cuda"];
+    pub fn name(self) -> &'static str {
+        match self {
+            DeviceKind::Flex => "flex",
+            DeviceKind::Wgpu => "wgpu",
+            DeviceKind::Cuda => "cuda",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "flex" => Some(Self::Flex),
+            "wgpu" => Some(Self::Wgpu),
+            "cuda" => Some(Self::Cuda),
+            _ => None,
+        }
+    }
+}
+
+/// `[data]`: corpus, tokenizer and the data-distribution controls of Gu et al. (ICLR 2025).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DataConfig {
+    /// `"embedded"` (the corpus compiled into sinklab, `datasets/embedded`) or a path to a corpus
+    /// directory with a `manifest.json` (see `datasets/README.md`), relative to the current
+    /// directory.
+    pub corpus: String,
+    pub tokenizer: TokenizerConfig,
+    /// Prepend a BOS token to every training and probe sequence.
+    pub bos: bool,
+    /// Fraction of every domain's token stream (its tail) held out for validation.
+    pub val_fraction: f64,
+    /// Use only the first `token_budget` training tokens (split over domains by the mixture
+    /// weights), so that data repeats. Absent: the whole training split.
+    pub token_budget: Option<u64>,
+    /// Sampling weight per domain (non-negative, need not sum to 1). Absent: every domain with
+    /// weight proportional to its size. Domains not named get weight 0.
+    pub mixture: Option<std::collections::BTreeMap<String, f64>>,
+    /// Replace the tokens at these 1-based positions of every training sequence by uniformly
+    /// random (non-special) tokens; the loss on predicting them is ignored.
+    pub random_tokens: Vec<usize>,
+    /// Put a fixed token at a 1-based position of every training sequence.
+    pub fixed_token: Option<FixedToken>,
+    /// Where prepared token shards are cached (keyed by a hash of what determines them).
+    pub cache_dir: PathBuf,
+}
+
+impl Default for DataConfig {
+    fn default() -> Self {
+        Self {
+            corpus: "embedded".into(),
+            tokenizer: TokenizerConfig::default(),
+            bos: false,
+            val_fraction: 0.05,
+            token_budget: None,
+            mixture: None,
+            random_tokens: vec![],
+            fixed_token: None,
+            cache_dir: "runs/_cache".into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FixedToken {
+    /// 1-based position in the sequence (position 1 is the BOS slot when `bos = true`).
+    pub position: usize,
+    /// Token id placed there.
+    pub token: u32,
+}
+
+/// Tokenizer choice. Special tokens `<|bos|>` and `<|endoftext|>` are always added.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum TokenizerConfig {
+    /// Raw UTF-8 bytes: 256 ids plus the 2 special tokens (vocabulary 258).
+    Byte {},
+    /// Byte-level BPE trained on the training split with the `tokenizers` crate.
+    Bpe { vocab_size: usize },
+}
+
+impl TokenizerConfig {
+    /// The vocabulary size this choice asks for (a BPE trained on a small corpus may end up
+    /// smaller; the prepared tokenizer is the truth).
+    pub fn requested_vocab(&self) -> usize {
+        match *self {
+            TokenizerConfig::Byte {} => crate::tokenizer::BYTE_VOCAB,
+            TokenizerConfig::Bpe { vocab_size } => vocab_size,
+        }
+    }
+}
+
+impl Default for TokenizerConfig {
+    fn default() -> Self {
+        TokenizerConfig::Bpe { vocab_size: 2048 }
+    }
+}
+
+/// `[optim]`: AdamW with decoupled weight decay, LR schedule and global-norm clipping.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct OptimConfig {
+    /// Peak learning rate.
+    pub lr: f64,
+    pub betas: [f64; 2],
+    pub eps: f64,
+    pub weight_decay: f64,
+    /// Which parameters weight decay touches.
+    pub decay: DecayPolicy,
+    /// Global-norm clipping threshold (over all gradients together). Absent: no clipping.
+    pub grad_clip: Option<f64>,
+    pub schedule: ScheduleConfig,
+}
+
+impl Default for OptimConfig {
+    fn default() -> Self {
+        Self {
+            lr: 3e-3,
+            betas: [0.9, 0.95],
+            eps: 1e-8,
+            weight_decay: 0.1,
+            decay: DecayPolicy::default(),
+            grad_clip: Some(1.0),
+            schedule: ScheduleConfig::default(),
+        }
+    }
+}
+
+/// Weight-decay policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DecayPolicy {
+    /// Decay every parameter, norms included (Gu et al.'s code).
+    All,
+    /// Decay only weight matrices of linear layers (not norms, gains, biases, embeddings or sink
+    /// parameters), as in the SAS code.
+    #[default]
+    MatricesOnly,
+}
+
+/// Learning-rate schedule. `warmup` is a number of steps of linear warmup from 0.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ScheduleConfig {
+    /// Warmup, then constant `lr` (Gu et al.'s "cosine" with min_lr = lr is this).
+    Constant { warmup: u64 },
+    /// Warmup, then cosine decay from `lr` to `min_lr` at the last step.
+    WarmupCosine { warmup: u64, min_lr: f64 },
+    /// Warmup, then linear decay from `lr` to `min_lr` at the last step.
+    WarmupLinear { warmup: u64, min_lr: f64 },
+}
+
+impl Default for ScheduleConfig {
+    fn default() -> Self {
+        ScheduleConfig::WarmupCosine {
+            warmup: 100,
+            min_lr: 3e-4,
+        }
+    }
+}
+
+/// `[train]`: the loop.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TrainConfig {
+    /// Optimizer steps.
+    pub steps: u64,
+    /// Tokens per optimizer step (a multiple of `micro_batch × ctx`).
+    pub batch_tokens: usize,
+    /// Sequences per forward/backward pass; gradients are accumulated over
+    /// `batch_tokens / (micro_batch × ctx)` passes, which run concurrently on the CPU cores
+    /// (one worker per core; the result does not depend on the number of workers).
+    pub micro_batch: usize,
+    /// Validation loss every N steps (and at the last step).
+    pub eval_every: u64,
+    /// Sequences of length ctx used for the validation loss.
+    pub eval_sequences: usize,
+    /// Checkpoint every N steps (and at the last step).
+    pub checkpoint_every: u64,
+    /// Keep only the newest K checkpoints.
+    pub keep_checkpoints: usize,
+    /// Write training scalars every N steps.
+    pub log_every: u64,
+}
+
+impl Default for TrainConfig {
+    fn default() -> Self {
+        Self {
+            steps: 1000,
+            batch_tokens: 2048,
+            micro_batch: 16,
+            eval_every: 100,
+            eval_sequences: 64,
+            checkpoint_every: 250,
+            keep_checkpoints: 3,
+            log_every: 10,
+        }
+    }
+}
+
+/// `[metrics]`: sink metrics on a fixed probe set (Gu et al. §3: T = 64, 100 sequences).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// Compute the probe metrics every N steps (and at step 0 and the last step).
+    pub every: u64,
+    /// Probe sequences drawn from the validation split.
+    pub probe_sequences: usize,
+    /// Probe sequence length T (BOS included when the run uses BOS).
+    pub probe_len: usize,
+    /// Thresholds ε of Sink_k^ε.
+    pub eps: Vec<f64>,
+    /// Report Sink_k for k = 1..=k_max.
+    pub k_max: usize,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        Self {
+            every: 50,
+            probe_sequences: 100,
+            probe_len: 64,
+            eps: vec![0.2, 0.3, 0.4, 0.5, 0.8],
+            k_max: 10,
+        }
+    }
+}
+
+/// Rotated dimensions of a head of width `dh` under RoPE with `fraction`: the largest even
+/// number ≤ fraction·dh (GPT-NeoX's `rotary_pct`).
+pub fn rope_dims(dh: usize, fraction: f64) -> usize {
+    let r = (fraction * dh as f64 + 1e-9).floor() as usize;
+    (r / 2 * 2).min(dh / 2 * 2)
+}
+
+/// The `kind` string of a normaliser, for messages.
+pub fn normaliser_name(n: &NormaliserConfig) -> &'static str {
+    match n {
+        NormaliserConfig::Softmax {} => "softmax",
+        NormaliserConfig::SoftmaxN { .. } => "softmax_n",
+        NormaliserConfig::Sigmoid { .. } => "sigmoid",
+        NormaliserConfig::SigmoidNormalised {} => "sigmoid_normalised",
+        NormaliserConfig::Elu1 {} => "elu1",
+        NormaliserConfig::Elu1Normalised {} => "elu1_normalised",
+        NormaliserConfig::Linear { .. } => "linear",
+    }
+}
+
+/// The `kind` string of a positions choice, for messages.
+pub fn positions_name(p: &PositionsConfig) -> &'static str {
+    match p {
+        PositionsConfig::Nope {} => "nope",
+        PositionsConfig::Sinusoidal {} => "sinusoidal",
+        PositionsConfig::Learned {} => "learned",
+        PositionsConfig::Alibi {} => "alibi",
+        PositionsConfig::Rope { .. } => "rope",
+        PositionsConfig::Relative { .. } => "relative",
+    }
+}
+
+impl Experiment {
+    /// The fully resolved configuration as TOML (every default written out).
+    pub fn to_toml(&self) -> String {
+        toml::to_string_pretty(self).expect("experiment serialises")
+    }
+
+    /// Sequences per optimizer step and gradient-accumulation passes.
+    pub fn accumulation(&self) -> usize {
+        self.train.batch_tokens / (self.train.micro_batch * self.model.ctx)
+    }
+
+    /// `out_dir/name`.
+    pub fn run_dir(&self) -> PathBuf {
+        self.run.out_dir.join(&self.run.name)
+    }
+}

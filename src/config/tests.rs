@@ -1,0 +1,202 @@
+//! Tests of loading, merging and validation.
+
+use super::*;
+use std::path::{Path, PathBuf};
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+#[test]
+fn defaults_validate_and_roundtrip() {
+    let exp = from_str("x.toml", "").unwrap();
+    assert_eq!(exp, Experiment::default());
+    let again = from_str("resolved.toml", &exp.to_toml()).unwrap();
+    assert_eq!(exp, again);
+}
+
+#[test]
+fn sas_beta_ff_defaults_to_the_depth_rule_and_stays_overridable() {
+    let sas = |extra: &str| {
+        let text = format!(
+            "[model]\nn_layers = 2\nblock = {{ kind = \"sas\"{extra} }}\n[model.attention]\n\
+             query_init = \"zero\"\nshaping = {{ kind = \"shaped\" }}\n\
+             value_output = {{ kind = \"identity\" }}\n"
+        );
+        from_str("sas.toml", &text).unwrap_or_else(|e| panic!("{e}"))
+    };
+    // 0.1·√(18/2) = 0.3, trainable; written out in resolved.toml.
+    let exp = sas("");
+    let BlockConfig::Sas { beta_ff } = exp.model.block else {
+        panic!("sas block")
+    };
+    assert!((beta_ff.init - 0.3).abs() < 1e-12 && beta_ff.trainable);
+    assert!(exp.to_toml().contains("beta_ff"), "{}", exp.to_toml());
+    assert!((sas_beta_ff_init(18) - 0.1).abs() < 1e-12);
+    // An explicit value wins.
+    let exp = sas(", beta_ff = { init = 0.05 }");
+    let BlockConfig::Sas { beta_ff } = exp.model.block else {
+        panic!("sas block")
+    };
+    assert_eq!((beta_ff.init, beta_ff.trainable), (0.05, false));
+}
+
+#[test]
+fn collects_every_error_with_paths() {
+    let text = r#"
+[model]
+d_modle = 64
+n_heads = "four"
+positions = { kind = "rope", base = 10000.0, theta = 0.5 }
+[optim]
+lr = -1.0
+schedule = { kind = "cosine", warmup = 10 }
+[train]
+stepz = 3
+"#;
+    let err = from_str("bad.toml", text).unwrap_err();
+    let paths: Vec<&str> = err.0.iter().map(|e| e.path.as_str()).collect();
+    assert!(paths.contains(&"model.d_modle"), "{err}");
+    assert!(paths.contains(&"model.n_heads"), "{err}");
+    assert!(paths.contains(&"model.positions.theta"), "{err}");
+    assert!(paths.contains(&"optim.schedule.kind"), "{err}");
+    assert!(paths.contains(&"train.stepz"), "{err}");
+    assert_eq!(err.0.len(), 5, "{err}");
+    let text = err.to_string();
+    assert!(text.contains("bad.toml"), "{text}");
+    assert!(text.contains("d_model"), "valid keys are listed: {text}");
+    assert!(
+        text.contains("warmup_cosine"),
+        "valid choices are listed: {text}"
+    );
+}
+
+#[test]
+fn range_and_combination_errors() {
+    let text = r#"
+[model]
+d_model = 100
+n_heads = 3
+ctx = 32
+[data]
+random_tokens = [1, 40]
+bos = true
+[optim]
+lr = 0.0
+betas = [0.9, 1.0]
+[train]
+batch_tokens = 1000
+micro_batch = 4
+"#;
+    let err = from_str("r.toml", text).unwrap_err();
+    let paths: Vec<&str> = err.0.iter().map(|e| e.path.as_str()).collect();
+    for want in [
+        "model.n_heads",
+        "data.random_tokens.0",
+        "data.random_tokens.1",
+        "optim.lr",
+        "optim.betas.1",
+        "train.batch_tokens",
+        "metrics.probe_len",
+    ] {
+        assert!(paths.contains(&want), "missing {want}: {err}");
+    }
+}
+
+#[test]
+fn impossible_attention_combinations_are_rejected_with_reasons() {
+    let text = r#"
+[model]
+positions = { kind = "alibi" }
+[model.attention]
+normaliser = { kind = "linear", feature_map = "mlp", normaliser = "none" }
+slot = { kind = "sink_logit" }
+kernel = "fused"
+"#;
+    let err = from_str("combo.toml", text).unwrap_err();
+    let paths: Vec<&str> = err.0.iter().map(|e| e.path.as_str()).collect();
+    for want in [
+        "model.positions",
+        "model.attention.slot",
+        "model.attention.kernel",
+    ] {
+        assert!(paths.contains(&want), "missing {want}: {err}");
+    }
+    let msg = err.to_string();
+    assert!(msg.contains("no logits"), "{msg}");
+    assert!(msg.contains("normalised attention"), "{msg}");
+    let text = r#"
+[model]
+positions = { kind = "relative", buckets = 5, max_distance = 1 }
+[model.attention]
+normaliser = { kind = "sigmoid", bias = "ln(T)" }
+slot = { kind = "k_bias", value = { kind = "zero" }, learnable_dims = 4, trainable = false }
+mask = { kind = "prefix", p = 0 }
+row_scale = 0.0
+"#;
+    let err = from_str("combo2.toml", text).unwrap_err();
+    let paths: Vec<&str> = err.0.iter().map(|e| e.path.as_str()).collect();
+    for want in [
+        "model.positions.buckets",
+        "model.attention.normaliser.bias",
+        "model.attention.slot.learnable_dims",
+        "model.attention.mask.p",
+        "model.attention.row_scale",
+    ] {
+        assert!(paths.contains(&want), "missing {want}: {err}");
+    }
+    assert!(err.to_string().contains("both fixed"), "{err}");
+    // the sigmoid bias accepts a number or exactly "-ln(T)"
+    let ok = from_str(
+        "ok.toml",
+        "[model.attention]\nnormaliser = { kind = \"sigmoid\", bias = \"-ln(T)\" }\n",
+    )
+    .unwrap();
+    let NormaliserConfig::Sigmoid { bias } = &ok.model.attention.normaliser else {
+        panic!()
+    };
+    assert!((bias.resolve(128).unwrap() + 128f64.ln()).abs() < 1e-12);
+    let err = from_str(
+        "r.toml",
+        "[model]\npositions = { kind = \"rope\", base = 10000.0, fraction = 0.01 }\n",
+    )
+    .unwrap_err();
+    assert_eq!(err.0[0].path, "model.positions.fraction", "{err}");
+}
+
+#[test]
+fn base_inheritance_deep_merge_and_kind_switch() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "base.toml",
+        "[model]\nd_model = 64\nn_heads = 2\npositions = { kind = \"rope\", base = 500.0 }\n[optim]\nlr = 1e-3\n",
+    );
+    let child = write(
+        dir.path(),
+        "child.toml",
+        "base = \"base.toml\"\n[model]\nn_heads = 4\npositions = { kind = \"nope\" }\n",
+    );
+    let exp = load(&child, &["optim.lr=2e-3".into(), "run.name=abc".into()]).unwrap();
+    assert_eq!(exp.model.d_model, 64);
+    assert_eq!(exp.model.n_heads, 4);
+    assert_eq!(exp.model.positions, PositionsConfig::Nope {});
+    assert!((exp.optim.lr - 2e-3).abs() < 1e-15);
+    assert_eq!(exp.run.name, "abc");
+}
+
+#[test]
+fn override_errors_and_cycles() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = write(dir.path(), "a.toml", "base = \"b.toml\"\n");
+    write(dir.path(), "b.toml", "base = \"a.toml\"\n");
+    let err = load(&a, &[]).unwrap_err();
+    assert!(err.to_string().contains("cycle"), "{err}");
+    let ok = write(dir.path(), "ok.toml", "");
+    let err = load(&ok, &["optim.lr".into()]).unwrap_err();
+    assert!(err.to_string().contains("KEY=VALUE"), "{err}");
+    let err = load(&ok, &["optim.lrr=1".into()]).unwrap_err();
+    assert_eq!(err.0[0].path, "optim.lrr");
+}

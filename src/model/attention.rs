@@ -1,0 +1,613 @@
+//! The one attention module, written by hand (docs/reference.md §1). Every variant is a choice on one
+//! of its axes, each a closed enum of [`crate::config::AttentionConfig`]:
+//!
+//! ```text
+//! q, k, v = u W_Q, u W_K, u W_V                      # (B, H, S, d_h); S = N sink tokens + T
+//! q, k = RoPE(q), RoPE(k)                            # rope positions only
+//! q, k = φ(q), φ(k)                                  # linear kernels only
+//! K = [k_slot ; k],  V = [v_slot ; v]                # KV/K bias (1 key), memory K/V (n keys)
+//! s = q Kᵀ / sqrt(d_h) + bias                        # (B, H, S, C); bias: ALiBi / T5 buckets
+//! s = [z_h ; s]                                      # learned sink logit column (value 0)
+//! s = s + Γ_l                                       # U-SPA / E-SPA fixed logit bias
+//! A = normalise(s, mask)                             # softmax, softmax_n, sigmoid, elu+1, linear
+//! A = D_l A                                          # U-SPA / E-SPA row rescaling
+//! A = α_h I + β_h A (− γ_h C)                        # Value-SkipInit / shaped attention
+//! out = α · A V  (+ v*)                              # row scale α; V bias adds v* per head
+//! out = out ⊙ σ(u W_g)                               # output gate, headwise or elementwise
+//! y = concat_h(out) W_O                              # (B, S, d)
+//! ```
+//!
+//! W_V and W_O may be reparameterised (`α W_init + β ΔW`) or absent (the identity: SAS), and
+//! W_Q may start at exactly 0 (docs/reference.md §3). The probe records A as the normaliser returns it
+//! (before D_l, shaping and the row scale), so sink metrics read the learned softmax part.
+//!
+//! Slot columns (sink logit, KV/K bias, memory keys) come first in the weights, then the S
+//! sequence positions (sink tokens, then real tokens). Slots are position-free: added after RoPE,
+//! no position bias, never masked. Masked entries are exactly 0 for every normaliser.
+//!
+//! Conventions where sources differ: RoPE rotates halves (NeoX/HF) of the first
+//! `rope_dims(d_h, fraction)` dimensions; ALiBi uses `−m_h |i − j|` (equal to `m_h (j − i)` on
+//! causal entries, and defined for a bidirectional prefix); T5 buckets are bidirectional, one
+//! table shared by all layers; softmax_n is stabilised with `m = max(row max, 0)`; elu+1 is
+//! computed as `x + 1` for x > 0 and `exp(min(x, 0))` otherwise, so no branch overflows.
+
+use super::context::{Ctx, LayerKv, rope};
+use super::layers::{Init, Linear};
+use crate::config::{
+    FeatureMap, Gain, GateConfig, KBiasValue, KernelNorm, ModelConfig, NormaliserConfig, QueryInit,
+    ShapingConfig, SlotConfig, ValueOutputConfig, WInit,
+};
+use crate::spa::SpaLayer;
+use burn::module::{Module, Param};
+use burn::tensor::activation::{relu, sigmoid, softmax};
+use burn::tensor::module::attention;
+use burn::tensor::ops::AttentionModuleOptions;
+use burn::tensor::{Bool, Tensor};
+
+/// What the probe path records for one layer (device tensors; real tokens only except `attn`).
+#[derive(Default)]
+pub struct LayerProbe {
+    /// Attention weights before the row scale, (B, H, S, C): C = slot columns + S.
+    pub attn: Option<Tensor<4>>,
+    /// Queries of the real tokens after positional rotation (B, H, T, d_h).
+    pub queries: Option<Tensor<4>>,
+    /// Keys of the real tokens after positional rotation (B, H, T, d_h).
+    pub keys: Option<Tensor<4>>,
+    /// Values of the real tokens (B, H, T, d_h).
+    pub values: Option<Tensor<4>>,
+    /// Output-gate values (B, S, H) or (B, S, d), if the layer has a gate.
+    pub gate: Option<Tensor<3>>,
+    /// The block's output for the real tokens (B, T, d).
+    pub hidden: Option<Tensor<3>>,
+    /// Slot columns at the front of `attn` (sink logit, KV/K bias, memory keys).
+    pub slot_cols: usize,
+    /// Sink tokens at the front of the sequence.
+    pub sink_tokens: usize,
+}
+
+/// `elu(x) + 1`: `x + 1` for x > 0, `exp(min(x, 0))` otherwise (no branch overflows).
+pub fn elu1<const D: usize>(x: Tensor<D>) -> Tensor<D> {
+    let pos = x.clone().greater_elem(0.0);
+    x.clone().clamp_max(0.0).exp().mask_where(pos, x + 1.0)
+}
+
+/// The linear-kernel feature map φ as a module (only the MLP one has weights).
+#[derive(Module, Debug)]
+pub struct FeatureMlp {
+    /// (d_h, d_h), shared by the heads of the layer.
+    pub w1: Param<Tensor<2>>,
+    /// (d_h, d_h).
+    pub w2: Param<Tensor<2>>,
+}
+
+/// Settings of one attention layer (not trained, not saved).
+#[derive(Debug, Clone)]
+pub struct AttnSpec {
+    pub n_heads: usize,
+    pub normaliser: NormaliserConfig,
+    /// Resolved bias of the unnormalised sigmoid.
+    pub sigmoid_bias: f64,
+    pub row_scale: f64,
+    pub gate: GateConfig,
+}
+
+/// A sink slot (docs/reference.md §1.2): the parameters of the configured
+/// `model.attention.slot` and what they do. The enum and its field are transparent in
+/// parameter names (`blocks.0.attn.k_star`).
+#[derive(Module, Debug)]
+pub enum Slot {
+    /// A learned per-head logit z_h appended as the first column of the scores (not divided
+    /// by sqrt(d_h)), value 0, dropped after the normaliser (gpt-oss).
+    SinkLogit(SinkLogit),
+    /// A key k* and value v* prepended to K and V, position-free and never masked: the KV bias
+    /// (both learned) and the K bias (v* a fixed constant; k* fixed or partly learnable).
+    KeyValue(KeyValue),
+    /// v* added to every head's output, `out = A V + v*` (no extra key).
+    ValueBias(ValueBias),
+    /// n learned key/value pairs per head, prepended to K and V (x-transformers).
+    Memory(Memory),
+}
+
+#[derive(Module, Debug)]
+pub struct SinkLogit {
+    /// z_h (H); a constant when not trainable.
+    pub sink_logit: Param<Tensor<1>>,
+}
+
+#[derive(Module, Debug)]
+pub struct KeyValue {
+    /// k* (H, d) or shared (1, d); d = d_h, or the learnable d_a of a partial K bias (the
+    /// remaining dimensions are 0).
+    pub k_star: Param<Tensor<2>>,
+    /// v* (H, d_h) or (1, d_h).
+    pub v_star: Param<Tensor<2>>,
+}
+
+#[derive(Module, Debug)]
+pub struct ValueBias {
+    /// (H, d_h) or (1, d_h).
+    pub v_bias: Param<Tensor<2>>,
+}
+
+#[derive(Module, Debug)]
+pub struct Memory {
+    /// (H, n, d_h).
+    pub mem_k: Param<Tensor<3>>,
+    pub mem_v: Param<Tensor<3>>,
+}
+
+impl Slot {
+    /// Build the configured slot (None for `none`), drawing from the variant stream.
+    fn new(cfg: &SlotConfig, init: &mut Init, h: usize, dh: usize) -> Option<Self> {
+        let rows = |shared: bool| if shared { 1 } else { h };
+        Some(match cfg {
+            SlotConfig::None {} => return None,
+            SlotConfig::SinkLogit { init: z, trainable } => {
+                let p = init.filled(*z as f32, [h]);
+                Slot::SinkLogit(SinkLogit {
+                    sink_logit: if *trainable {
+                        p
+                    } else {
+                        p.set_require_grad(false)
+                    },
+                })
+            }
+            SlotConfig::KvBias { shared, init_std } => Slot::KeyValue(KeyValue {
+                k_star: init.normal_extra([rows(*shared), dh], *init_std),
+                v_star: init.normal_extra([rows(*shared), dh], *init_std),
+            }),
+            SlotConfig::KBias {
+                shared,
+                init_std,
+                value,
+                learnable_dims,
+                trainable,
+            } => {
+                let r = rows(*shared);
+                let da = learnable_dims.unwrap_or(dh);
+                let k_star = if *trainable {
+                    init.normal_extra([r, da], *init_std)
+                } else {
+                    init.constant(vec![0.0; r * dh], [r, dh])
+                };
+                let mut v = vec![0f32; r * dh];
+                for row in v.chunks_exact_mut(dh) {
+                    match value {
+                        KBiasValue::Zero {} => {}
+                        KBiasValue::E1 { m } => row[0] = *m as f32,
+                        KBiasValue::Ones { m } => row.fill((*m / (dh as f64).sqrt()) as f32),
+                    }
+                }
+                Slot::KeyValue(KeyValue {
+                    k_star,
+                    v_star: init.constant(v, [r, dh]),
+                })
+            }
+            SlotConfig::VBias { shared, init_std } => Slot::ValueBias(ValueBias {
+                v_bias: init.normal_extra([rows(*shared), dh], *init_std),
+            }),
+            SlotConfig::MemoryKv { n, init_std } => Slot::Memory(Memory {
+                mem_k: init.normal_extra([h, *n, dh], *init_std),
+                mem_v: init.normal_extra([h, *n, dh], *init_std),
+            }),
+        })
+    }
+
+    /// The slot's keys and values broadcast to (B, H, M, d_h), if it adds keys.
+    fn keys_values(&self, b: usize, h: usize, dh: usize) -> Option<(Tensor<4>, Tensor<4>)> {
+        match self {
+            Slot::KeyValue(kv) => {
+                let mut k = kv.k_star.val(); // (H|1, d_h or d_a)
+                let [r, da] = k.dims();
+                if da < dh {
+                    let zeros = Tensor::zeros([r, dh - da], &k.device());
+                    k = Tensor::cat(vec![k, zeros], 1);
+                }
+                let four = |x: Tensor<2>| {
+                    x.unsqueeze_dim::<3>(1)
+                        .unsqueeze::<4>()
+                        .expand([b, h, 1, dh])
+                };
+                Some((four(k), four(kv.v_star.val()))) // (B, H, 1, d_h)
+            }
+            Slot::Memory(m) => {
+                let n = m.mem_k.dims()[1];
+                let four = |x: Tensor<3>| x.unsqueeze::<4>().expand([b, h, n, dh]);
+                Some((four(m.mem_k.val()), four(m.mem_v.val())))
+            }
+            Slot::SinkLogit(_) | Slot::ValueBias(_) => None,
+        }
+    }
+
+    /// The sink-logit column (B, H, Q, 1), if the slot is one.
+    fn logit_column(&self, b: usize, h: usize, nq: usize) -> Option<Tensor<4>> {
+        match self {
+            Slot::SinkLogit(s) => Some(
+                s.sink_logit
+                    .val()
+                    .reshape([1, h, 1, 1])
+                    .expand([b, h, nq, 1]),
+            ),
+            _ => None,
+        }
+    }
+
+    /// `out + v*` for a V bias; `out` unchanged otherwise. `out` is (B, H, Q, d_h).
+    fn add_value_bias(&self, out: Tensor<4>) -> Tensor<4> {
+        match self {
+            Slot::ValueBias(v) => out + v.v_bias.val().unsqueeze_dim::<3>(1).unsqueeze::<4>(), // + (1, H|1, 1, d_h)
+            _ => out,
+        }
+    }
+}
+
+/// What is done to each head's attention matrix after the normaliser (docs/reference.md §3.1),
+/// with its per-head gains (H); constants (never trained) when not trainable. Transparent in
+/// parameter names (`blocks.0.attn.shape_alpha`).
+#[derive(Module, Debug)]
+pub enum Shaping {
+    /// Value-SkipInit: `A ← α I + β A`.
+    SkipInit(SkipInit),
+    /// Shaped attention (Noci et al.): `A ← α I + β A − γ C`, C uniform over the visible keys.
+    Shaped(Shaped),
+}
+
+#[derive(Module, Debug)]
+pub struct SkipInit {
+    pub shape_alpha: Param<Tensor<1>>,
+    pub shape_beta: Param<Tensor<1>>,
+}
+
+#[derive(Module, Debug)]
+pub struct Shaped {
+    pub shape_alpha: Param<Tensor<1>>,
+    pub shape_beta: Param<Tensor<1>>,
+    pub shape_gamma: Param<Tensor<1>>,
+}
+
+impl Shaping {
+    fn new(cfg: &ShapingConfig, init: &Init, h: usize) -> Option<Self> {
+        let per_head = |x: f64, trainable: bool| {
+            let p = init.filled(x as f32, [h]);
+            if trainable {
+                p
+            } else {
+                p.set_require_grad(false)
+            }
+        };
+        Some(match *cfg {
+            ShapingConfig::None {} => return None,
+            ShapingConfig::ValueSkipinit {
+                alpha,
+                beta,
+                trainable,
+            } => Shaping::SkipInit(SkipInit {
+                shape_alpha: per_head(alpha, trainable),
+                shape_beta: per_head(beta, trainable),
+            }),
+            ShapingConfig::Shaped {
+                alpha,
+                beta,
+                gamma,
+                trainable,
+            } => Shaping::Shaped(Shaped {
+                shape_alpha: per_head(alpha, trainable),
+                shape_beta: per_head(beta, trainable),
+                shape_gamma: per_head(gamma, trainable),
+            }),
+        })
+    }
+
+    /// The shaped matrix from A (B, H, Q, S), the identity rows I and the uniform attention C
+    /// (1, 1, Q, S) of the context.
+    fn apply(&self, a: Tensor<4>, eye: &Tensor<4>, uniform: &Tensor<4>) -> Tensor<4> {
+        let per_head = |p: &Param<Tensor<1>>| {
+            let h = p.dims()[0];
+            p.val().reshape([1, h, 1, 1])
+        };
+        match self {
+            // α I + β A
+            Shaping::SkipInit(s) => {
+                eye.clone() * per_head(&s.shape_alpha) + a * per_head(&s.shape_beta)
+            }
+            // α I + β A − γ C
+            Shaping::Shaped(s) => {
+                eye.clone() * per_head(&s.shape_alpha) + a * per_head(&s.shape_beta)
+                    - uniform.clone() * per_head(&s.shape_gamma)
+            }
+        }
+    }
+}
+
+/// Causal multi-head attention with every docs/reference.md §1 variant.
+#[derive(Module, Debug)]
+pub struct Attention {
+    pub wq: Linear,
+    pub wk: Linear,
+    /// Absent (the identity) with `value_output = identity`, except in a first layer that
+    /// keeps its value matrix.
+    pub wv: Option<Linear>,
+    /// Absent (the identity) with `value_output = identity`.
+    pub wo: Option<Linear>,
+    /// Output gate W_g: (d, H) headwise or (d, d) elementwise.
+    pub gate: Option<Linear>,
+    /// φ of an MLP linear kernel.
+    pub phi: Option<FeatureMlp>,
+    /// The sink slot, if any.
+    pub slot: Option<Slot>,
+    /// Value-SkipInit or shaped attention, if any.
+    pub shaping: Option<Shaping>,
+    /// U-SPA / E-SPA logit bias Γ_l (ctx, ctx) and row rescaling D_l (ctx); constants.
+    pub spa_bias: Option<Param<Tensor<2>>>,
+    pub spa_scale: Option<Param<Tensor<1>>>,
+    #[module(skip)]
+    pub spec: AttnSpec,
+}
+
+impl Attention {
+    /// Layer `layer` (0-based) of the model; `spa` is its U-SPA / E-SPA realisation.
+    pub fn new(cfg: &ModelConfig, init: &mut Init, layer: usize, spa: Option<&SpaLayer>) -> Self {
+        let (d, h, b) = (cfg.d_model, cfg.n_heads, cfg.bias);
+        let dh = cfg.d_head();
+        let a = &cfg.attention;
+        // The baseline stream is always drawn for all four, so that every variant shares the
+        // rest of its weights with the baseline of the same seed.
+        let mut wq = Linear::new(init, d, d, b);
+        let wk = Linear::new(init, d, d, b);
+        let wv = Linear::new(init, d, d, b);
+        let wo = Linear::new(init, d, d, b);
+        if a.query_init == QueryInit::Zero {
+            wq = Linear::zeros(init, d, d, b);
+        }
+        let (wv, wo) = match a.value_output {
+            ValueOutputConfig::Dense {} => (Some(wv), Some(wo)),
+            ValueOutputConfig::Reparam {
+                init: w0,
+                alpha,
+                beta,
+            } => (
+                Some(Linear::reparam(init, d, w0, alpha, beta, b)),
+                Some(Linear::reparam(init, d, w0, alpha, beta, b)),
+            ),
+            ValueOutputConfig::Identity { first_layer_value } => {
+                let fixed_one = Gain {
+                    init: 1.0,
+                    trainable: false,
+                };
+                let wv = (layer == 0 && first_layer_value)
+                    .then(|| Linear::reparam(init, d, WInit::Identity, fixed_one, fixed_one, b));
+                (wv, None)
+            }
+        };
+        let (spa_bias, spa_scale) = match spa {
+            Some(l) => {
+                let t = cfg.ctx;
+                let bias = l.bias.iter().map(|&x| x as f32).collect();
+                let scale = l.scale.iter().map(|&x| x as f32).collect();
+                (
+                    Some(init.constant(bias, [t, t])),
+                    Some(init.constant(scale, [t])),
+                )
+            }
+            None => (None, None),
+        };
+        let gate = match a.gate {
+            GateConfig::None {} => None,
+            GateConfig::Headwise {} => Some(Linear::new_extra(init, d, h, b)),
+            GateConfig::Elementwise {} => Some(Linear::new_extra(init, d, d, b)),
+        };
+        let phi = match a.normaliser {
+            NormaliserConfig::Linear {
+                feature_map: FeatureMap::Mlp,
+                ..
+            } => {
+                let std = (2.0 / dh as f64).sqrt(); // He init: the ReLU halves the variance
+                Some(FeatureMlp {
+                    w1: init.normal_extra([dh, dh], std),
+                    w2: init.normal_extra([dh, dh], (1.0 / dh as f64).sqrt()),
+                })
+            }
+            _ => None,
+        };
+        let shaping = Shaping::new(&a.shaping, init, h);
+        let slot = Slot::new(&a.slot, init, h, dh);
+        Self {
+            wq,
+            wk,
+            wv,
+            wo,
+            gate,
+            phi,
+            slot,
+            shaping,
+            spa_bias,
+            spa_scale,
+            spec: AttnSpec {
+                n_heads: h,
+                normaliser: a.normaliser.clone(),
+                sigmoid_bias: match &a.normaliser {
+                    NormaliserConfig::Sigmoid { bias } => bias.resolve(cfg.ctx).unwrap_or(0.0),
+                    _ => 0.0,
+                },
+                row_scale: a.row_scale,
+                gate: a.gate,
+            },
+        }
+    }
+
+    /// Project (if a projection is given) and split heads: (B, S, d) → (B, H, S, d_h).
+    fn heads(&self, x: Tensor<3>, w: Option<&Linear>) -> Tensor<4> {
+        let [b, s, d] = x.dims();
+        let h = self.spec.n_heads;
+        let x = match w {
+            Some(w) => w.forward(x),
+            None => x,
+        };
+        x.reshape([b, s, h, d / h]).swap_dims(1, 2)
+    }
+
+    /// φ(x) on (B, H, S, d_h) for linear kernels; identity otherwise.
+    fn feature_map(&self, x: Tensor<4>) -> Tensor<4> {
+        match &self.spec.normaliser {
+            NormaliserConfig::Linear { feature_map, .. } => match feature_map {
+                FeatureMap::Identity => x,
+                FeatureMap::Elu1 => elu1(x),
+                FeatureMap::Mlp => {
+                    let phi = self.phi.as_ref().expect("MLP feature map");
+                    let [b, h, s, dh] = x.dims();
+                    let flat = x.reshape([b * h, s, dh]);
+                    let y = relu(flat.matmul(phi.w1.val().unsqueeze::<3>()))
+                        .matmul(phi.w2.val().unsqueeze::<3>());
+                    y.reshape([b, h, s, dh])
+                }
+            },
+            _ => x,
+        }
+    }
+
+    /// Attention weights from logits (B, H, S, C); `hidden` is true where a key is masked.
+    /// Masked entries are exactly 0. A learned sink logit is a first column here.
+    fn normalise(&self, s: Tensor<4>, hidden: Tensor<4, Bool>) -> Tensor<4> {
+        let rows = |w: Tensor<4>| w.clone() / w.sum_dim(3); // row-normalise
+        match &self.spec.normaliser {
+            NormaliserConfig::Softmax {} => softmax(s.mask_fill(hidden, f32::NEG_INFINITY), 3),
+            NormaliserConfig::SoftmaxN { n } => {
+                // exp(s − m) / (n·exp(−m) + Σ exp(s − m)), m = max(row max, 0)
+                let s = s.mask_fill(hidden, f32::NEG_INFINITY);
+                let m = s.clone().max_dim(3).clamp_min(0.0).detach(); // (B, H, S, 1)
+                let e = (s - m.clone()).exp();
+                let denom = e.clone().sum_dim(3) + m.neg().exp() * *n;
+                e / denom
+            }
+            NormaliserConfig::Sigmoid { .. } => {
+                sigmoid(s + self.spec.sigmoid_bias).mask_fill(hidden, 0.0)
+            }
+            NormaliserConfig::SigmoidNormalised {} => rows(sigmoid(s).mask_fill(hidden, 0.0)),
+            NormaliserConfig::Elu1 {} => elu1(s).mask_fill(hidden, 0.0),
+            NormaliserConfig::Elu1Normalised {} => rows(elu1(s).mask_fill(hidden, 0.0)),
+            NormaliserConfig::Linear { normaliser, .. } => {
+                let w = s.mask_fill(hidden, 0.0);
+                match normaliser {
+                    KernelNorm::None => w,
+                    KernelNorm::MaxAbsSum => {
+                        let d = w.clone().sum_dim(3).abs().clamp_min(1.0);
+                        w / d
+                    }
+                    KernelNorm::Sum => {
+                        let d = w.clone().sum_dim(3) + 1e-8;
+                        w / d
+                    }
+                }
+            }
+        }
+    }
+
+    /// (B, Q, d) → (B, Q, d) for the query rows of `ctx`. Without a cache the input is the
+    /// whole sequence (Q = S); with one it is the Q new tokens, whose keys and values are
+    /// appended to `cache` (evicted per `ctx.keep`) and attended together with the cached ones.
+    pub fn forward(
+        &self,
+        u: Tensor<3>,
+        ctx: &Ctx,
+        mut probe: Option<&mut LayerProbe>,
+        cache: Option<&mut LayerKv>,
+    ) -> Tensor<3> {
+        let [b, nq, d] = u.dims();
+        let h = self.spec.n_heads;
+        let dh = d / h;
+        let mut q = self.heads(u.clone(), Some(&self.wq)); // (B, H, Q, d_h)
+        let k = self.heads(u.clone(), Some(&self.wk));
+        let v = self.heads(u.clone(), self.wv.as_ref());
+        let (mut k, v) = match cache {
+            Some(c) => c.update(k, v, ctx.keep), // (B, H, S, d_h), keys unrotated
+            None => (k, v),
+        };
+        let s = k.dims()[2];
+        debug_assert_eq!(s - ctx.q_start, nq, "query rows match the context");
+        if let Some((cos_q, sin_q, cos_k, sin_k, r)) = &ctx.rope {
+            q = rope(q, cos_q, sin_q, *r);
+            k = rope(k, cos_k, sin_k, *r);
+        }
+        if let Some(p) = probe.as_deref_mut() {
+            let t = s - ctx.sink_tokens;
+            p.queries = Some(q.clone().narrow(2, ctx.sink_tokens, t)); // (B, H, T, d_h)
+            p.keys = Some(k.clone().narrow(2, ctx.sink_tokens, t));
+            p.values = Some(v.clone().narrow(2, ctx.sink_tokens, t));
+            p.sink_tokens = ctx.sink_tokens;
+        }
+        let q = self.feature_map(q);
+        let k = self.feature_map(k);
+        let mut out = if ctx.fused && probe.is_none() {
+            let options = AttentionModuleOptions {
+                scale: None,
+                softcap: None,
+                is_causal: true,
+            };
+            attention(q, k, v, None, None, options) // (B, H, S, d_h)
+        } else {
+            let slot_kv = self.slot.as_ref().and_then(|sl| sl.keys_values(b, h, dh));
+            let (k_all, v_all) = match slot_kv {
+                Some((ks, vs)) => (Tensor::cat(vec![ks, k], 2), Tensor::cat(vec![vs, v], 2)),
+                None => (k, v),
+            }; // (B, H, M+S, d_h)
+            // Scale q (B, H, Q, d_h) rather than the (B, H, Q, C) scores: same maths, fewer flops.
+            let mut scores = (q / (dh as f64).sqrt()).matmul(k_all.swap_dims(2, 3)); // (B, H, Q, M+S)
+            let sink_column = self.slot.as_ref().and_then(|sl| sl.logit_column(b, h, nq));
+            let has_sink_column = sink_column.is_some();
+            if let Some(z) = sink_column {
+                scores = Tensor::cat(vec![z, scores], 3); // (B, H, Q, C): the sink column first
+            }
+            if let Some(bias) = &ctx.bias {
+                scores = scores + bias.clone();
+            }
+            if let Some(g) = &self.spa_bias {
+                // + Γ_l (1, 1, Q, S)
+                scores = scores + g.val().slice([ctx.q_start..s, 0..s]).unsqueeze::<4>();
+            }
+            let c = scores.dims()[3];
+            let w = self.normalise(scores, ctx.hidden.clone().expand([b, h, nq, c])); // (B, H, Q, C)
+            if let Some(p) = probe.as_deref_mut() {
+                p.attn = Some(w.clone());
+                p.slot_cols = c - s;
+            }
+            let w = if has_sink_column {
+                w.narrow(3, 1, c - 1) // the sink logit's value is 0
+            } else {
+                w
+            };
+            let w = match &self.spa_scale {
+                Some(dl) => w * dl.val().slice(ctx.q_start..s).reshape([1, 1, nq, 1]), // D_l A
+                None => w,
+            };
+            let w = match (&self.shaping, &ctx.shaping) {
+                (Some(sh), Some((eye, uniform))) => sh.apply(w, eye, uniform),
+                _ => w,
+            };
+            let w = if self.spec.row_scale != 1.0 {
+                w * self.spec.row_scale
+            } else {
+                w
+            };
+            w.matmul(v_all) // (B, H, Q, d_h)
+        };
+        if let Some(sl) = &self.slot {
+            out = sl.add_value_bias(out);
+        }
+        if let Some(g) = &self.gate {
+            let gv = sigmoid(g.forward(u)); // (B, S, H) or (B, S, d)
+            let g4 = match self.spec.gate {
+                GateConfig::Headwise {} => gv.clone().swap_dims(1, 2).unsqueeze_dim::<4>(3), // (B, H, Q, 1)
+                _ => gv.clone().reshape([b, nq, h, dh]).swap_dims(1, 2), // (B, H, Q, d_h)
+            };
+            out = out * g4;
+            if let Some(p) = probe {
+                p.gate = Some(gv);
+            }
+        }
+        let out = out.swap_dims(1, 2).reshape([b, nq, d]); // (B, Q, d): heads concatenated
+        match &self.wo {
+            Some(wo) => wo.forward(out),
+            None => out,
+        }
+    }
+}

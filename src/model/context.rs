@@ -1,0 +1,318 @@
+//! What a forward pass shares across layers: the fixed position tables (RoPE, sinusoids,
+//! ALiBi slopes, T5 buckets), the per-forward [`Ctx`] (mask, position terms and shaping
+//! matrices for this length, in sequence or cache coordinates) and the per-layer key/value
+//! cache of decoding. Conventions where sources differ (docs/reference.md §1.3): RoPE rotates
+//! halves (NeoX/HF) of the first `rope_dims(d_h, fraction)` dimensions; ALiBi uses
+//! `−m_h |i − j|`; T5 buckets are bidirectional, one table shared by all layers.
+
+use crate::config::{AttentionKernel, ModelConfig, PositionsConfig, ShapingConfig, rope_dims};
+use burn::tensor::module::embedding;
+use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
+
+/// Fixed tables that depend only on the configuration (not trained, not saved), built for
+/// `len` real positions (`model.ctx`, or more for decoding past the training context).
+#[derive(Debug, Clone)]
+pub struct PositionTables {
+    /// Real positions covered.
+    pub len: usize,
+    /// RoPE cos and sin for positions 0..N+len, each (N+len, r/2), and r.
+    pub rope: Option<(Tensor<2>, Tensor<2>, usize)>,
+    /// Sinusoidal absolute positions (len, d).
+    pub sinusoidal: Option<Tensor<2>>,
+    /// ALiBi slopes m_h.
+    pub alibi: Option<Vec<f64>>,
+}
+
+/// ALiBi slopes for `h` heads (Press et al.): `2^(−8k/n)` for the largest power of two n ≤ h,
+/// then every other slope of 2n for the remaining heads.
+pub fn alibi_slopes(h: usize) -> Vec<f64> {
+    let pow2 = |n: usize| -> Vec<f64> {
+        let start = 2f64.powf(-8.0 / n as f64);
+        (1..=n).map(|k| start.powi(k as i32)).collect()
+    };
+    let n = 1usize << (usize::BITS - 1 - h.leading_zeros());
+    let mut s = pow2(n);
+    if n < h {
+        s.extend(pow2(2 * n).into_iter().step_by(2).take(h - n));
+    }
+    s
+}
+
+/// T5 relative-position bucket (bidirectional) of key position j for query position i.
+pub fn t5_bucket(i: usize, j: usize, buckets: usize, max_distance: usize) -> usize {
+    let rel = j as i64 - i as i64; // memory − query
+    let nb = buckets / 2;
+    let mut ret = if rel > 0 { nb } else { 0 };
+    let n = rel.unsigned_abs() as usize;
+    let max_exact = nb / 2;
+    if n < max_exact {
+        ret += n;
+    } else {
+        let v = max_exact as f64
+            + ((n as f64 / max_exact as f64).ln() / (max_distance as f64 / max_exact as f64).ln()
+                * (nb - max_exact) as f64)
+                .floor();
+        ret += (v as usize).min(nb - 1);
+    }
+    ret
+}
+
+impl PositionTables {
+    pub fn new(cfg: &ModelConfig, len: usize, device: &Device) -> Self {
+        let real = len;
+        let len = cfg.sink_tokens + real;
+        let rope = match cfg.positions {
+            PositionsConfig::Rope { base, fraction } => {
+                let r = rope_dims(cfg.d_head(), fraction);
+                let half = r / 2;
+                let mut cos = Vec::with_capacity(len * half);
+                let mut sin = Vec::with_capacity(len * half);
+                for p in 0..len {
+                    for i in 0..half {
+                        let a = p as f64 * base.powf(-(2.0 * i as f64) / r as f64);
+                        cos.push(a.cos() as f32);
+                        sin.push(a.sin() as f32);
+                    }
+                }
+                Some((
+                    Tensor::from_data(TensorData::new(cos, [len, half]), device),
+                    Tensor::from_data(TensorData::new(sin, [len, half]), device),
+                    r,
+                ))
+            }
+            _ => None,
+        };
+        let sinusoidal = matches!(cfg.positions, PositionsConfig::Sinusoidal {}).then(|| {
+            let d = cfg.d_model;
+            let mut pe = vec![0f32; real * d];
+            for p in 0..real {
+                for i in 0..d / 2 {
+                    let a = p as f64 / 10000f64.powf(2.0 * i as f64 / d as f64);
+                    pe[p * d + 2 * i] = a.sin() as f32;
+                    pe[p * d + 2 * i + 1] = a.cos() as f32;
+                }
+            }
+            Tensor::from_data(TensorData::new(pe, [real, d]), device)
+        });
+        let alibi =
+            matches!(cfg.positions, PositionsConfig::Alibi {}).then(|| alibi_slopes(cfg.n_heads));
+        Self {
+            len: real,
+            rope,
+            sinusoidal,
+            alibi,
+        }
+    }
+}
+
+/// Per-forward context shared by all layers: masks and position terms for this length.
+///
+/// The keys are S = N sink tokens + T real tokens; the queries are the rows `q_start..S` of
+/// that sequence (all of them in a full forward, the newly appended tokens when decoding with a
+/// [`LayerKv`] cache). Positions are sequence (cache-local) indices.
+pub struct Ctx {
+    /// RoPE cos, sin (1, 1, Q, r/2) of the query rows, the same (1, 1, S, r/2) of the keys, r.
+    pub(crate) rope: Option<(Tensor<4>, Tensor<4>, Tensor<4>, Tensor<4>, usize)>,
+    /// True where a query may NOT see a key: (1, 1, Q, C) with C = slot columns + S.
+    pub(crate) hidden: Tensor<4, Bool>,
+    /// Additive logit bias (1, H, Q, C) (ALiBi or T5 buckets; 0 on slot columns).
+    pub(crate) bias: Option<Tensor<4>>,
+    pub(crate) fused: bool,
+    /// Sink tokens at the front of the sequence.
+    pub(crate) sink_tokens: usize,
+    /// First query row.
+    pub(crate) q_start: usize,
+    /// Keys kept by a cache: `(front, back)` entries of the sequence (sink tokens included in
+    /// `front`) when the cache evicts, applied to each layer's cache after appending.
+    pub keep: Option<(usize, usize)>,
+    /// Identity I and uniform attention C over the visible keys, (1, 1, Q, S): shaping only.
+    pub(crate) shaping: Option<(Tensor<4>, Tensor<4>)>,
+}
+
+impl Ctx {
+    /// For `t` real tokens (plus the configured sink tokens), every row a query.
+    pub fn new(
+        cfg: &ModelConfig,
+        tables: &PositionTables,
+        rel_bias: Option<Tensor<2>>,
+        t: usize,
+        device: &Device,
+    ) -> Self {
+        Self::rows(cfg, tables, rel_bias, t, 0, device)
+    }
+
+    /// For `t` real tokens (plus the configured sink tokens) as keys and the sequence rows
+    /// `q_start..N+t` as queries.
+    pub fn rows(
+        cfg: &ModelConfig,
+        tables: &PositionTables,
+        rel_bias: Option<Tensor<2>>,
+        t: usize,
+        q_start: usize,
+        device: &Device,
+    ) -> Self {
+        let n = cfg.sink_tokens;
+        let s = n + t;
+        assert!(q_start < s, "at least one query row");
+        let nq = s - q_start;
+        let a = &cfg.attention;
+        let slots = a.slot.slot_columns();
+        let c = slots + s;
+        let mask = a.mask;
+        // Sink-token queries see the sink tokens up to themselves; real queries see every sink
+        // token and the real keys their mask allows; slot columns are always visible.
+        let visible = |qi: usize, kj: usize| -> bool {
+            if kj < slots {
+                return true;
+            }
+            let kj = kj - slots;
+            match (qi < n, kj < n) {
+                (true, true) => kj <= qi,
+                (true, false) => false,
+                (false, true) => true,
+                (false, false) => mask.allows(qi - n, kj - n),
+            }
+        };
+        let hidden: Vec<bool> = (q_start..s)
+            .flat_map(|qi| (0..c).map(move |kj| !visible(qi, kj)))
+            .collect();
+        let hidden =
+            Tensor::<2, Bool>::from_data(TensorData::new(hidden, [nq, c]), device).unsqueeze::<4>(); // (1, 1, Q, C)
+        let h = cfg.n_heads;
+        let bias = match (&cfg.positions, &tables.alibi, rel_bias) {
+            (_, Some(slopes), _) => {
+                let mut b = vec![0f32; h * nq * c];
+                for (hi, m) in slopes.iter().enumerate() {
+                    for (row, qi) in (q_start..s).enumerate() {
+                        for kj in 0..s {
+                            let dist = (qi as f64 - kj as f64).abs();
+                            b[(hi * nq + row) * c + slots + kj] = (-m * dist) as f32;
+                        }
+                    }
+                }
+                Some(Tensor::<3>::from_data(TensorData::new(b, [h, nq, c]), device).unsqueeze())
+            }
+            (
+                PositionsConfig::Relative {
+                    buckets,
+                    max_distance,
+                },
+                _,
+                Some(table),
+            ) => {
+                let idx: Vec<i64> = (q_start..s)
+                    .flat_map(|qi| {
+                        (0..s).map(move |kj| t5_bucket(qi, kj, *buckets, *max_distance) as i64)
+                    })
+                    .collect();
+                let idx = Tensor::<2, Int>::from_data(TensorData::new(idx, [1, nq * s]), device);
+                let b = embedding(table, idx) // (1, Q·S, H)
+                    .reshape([nq, s, h])
+                    .permute([2, 0, 1]); // (H, Q, S)
+                let b = if slots > 0 {
+                    Tensor::cat(vec![Tensor::zeros([h, nq, slots], device), b], 2)
+                } else {
+                    b
+                };
+                Some(b.unsqueeze::<4>()) // (1, H, Q, C)
+            }
+            _ => None,
+        };
+        let rope = tables.rope.as_ref().map(|(cos, sin, r)| {
+            let four = |x: &Tensor<2>, from: usize| x.clone().slice(from..s).unsqueeze::<4>(); // (1, 1, ·, r/2)
+            (
+                four(cos, q_start),
+                four(sin, q_start),
+                four(cos, 0),
+                four(sin, 0),
+                *r,
+            )
+        });
+        // Shaping is only allowed without slots and sink tokens (validated), so C = S.
+        let shaping = (a.shaping != (ShapingConfig::None {})).then(|| {
+            let mut eye = vec![0f32; nq * s];
+            let mut uniform = vec![0f32; nq * s];
+            for (row, qi) in (q_start..s).enumerate() {
+                eye[row * s + qi] = 1.0;
+                let seen: Vec<usize> = (0..s).filter(|&kj| visible(qi, kj)).collect();
+                for kj in &seen {
+                    uniform[row * s + kj] = 1.0 / seen.len() as f32;
+                }
+            }
+            let four = |x: Vec<f32>| {
+                Tensor::<2>::from_data(TensorData::new(x, [nq, s]), device).unsqueeze::<4>()
+            };
+            (four(eye), four(uniform))
+        });
+        Self {
+            rope,
+            hidden,
+            bias,
+            fused: a.kernel == AttentionKernel::Fused && q_start == 0,
+            sink_tokens: n,
+            q_start,
+            keep: None,
+            shaping,
+        }
+    }
+}
+
+/// One layer's key/value cache for decoding: keys before positional rotation (they are
+/// rotated with their current cache-local positions at every step) and values, (B, H, M, d_h).
+#[derive(Debug, Clone, Default)]
+pub struct LayerKv {
+    pub keys: Option<Tensor<4>>,
+    pub values: Option<Tensor<4>>,
+}
+
+impl LayerKv {
+    /// Append new keys and values, evict down to `keep = (front, back)` entries if given, and
+    /// return the whole cache.
+    pub(crate) fn update(
+        &mut self,
+        k: Tensor<4>,
+        v: Tensor<4>,
+        keep: Option<(usize, usize)>,
+    ) -> (Tensor<4>, Tensor<4>) {
+        let join = |old: Option<Tensor<4>>, new: Tensor<4>| {
+            let all = match old {
+                Some(o) => Tensor::cat(vec![o, new], 2),
+                None => new,
+            };
+            let m = all.dims()[2];
+            match keep {
+                Some((front, back)) if m > front + back => {
+                    let mut parts = Vec::with_capacity(2);
+                    if front > 0 {
+                        parts.push(all.clone().narrow(2, 0, front));
+                    }
+                    parts.push(all.narrow(2, m - back, back));
+                    Tensor::cat(parts, 2)
+                }
+                _ => all,
+            }
+        };
+        let k = join(self.keys.take(), k);
+        let v = join(self.values.take(), v);
+        self.keys = Some(k.clone());
+        self.values = Some(v.clone());
+        (k, v)
+    }
+}
+
+/// Rotate (B, H, S, d_h) by positions: of the first r dimensions, `[x1, x2] ↦
+/// [x1 cos − x2 sin, x1 sin + x2 cos]` with x1 = dims 0..r/2, x2 = dims r/2..r.
+pub(crate) fn rope(x: Tensor<4>, cos: &Tensor<4>, sin: &Tensor<4>, r: usize) -> Tensor<4> {
+    let dh = x.dims()[3];
+    let half = r / 2;
+    let x1 = x.clone().narrow(3, 0, half);
+    let x2 = x.clone().narrow(3, half, half);
+    let mut parts = vec![
+        x1.clone() * cos.clone() - x2.clone() * sin.clone(),
+        x1 * sin.clone() + x2 * cos.clone(),
+    ];
+    if r < dh {
+        parts.push(x.narrow(3, r, dh - r));
+    }
+    Tensor::cat(parts, 3)
+}

@@ -1,0 +1,384 @@
+//! The causal LM and every block variant (docs/reference.md §2), one module per part, configured by
+//! the closed enums of [`crate::config::ModelConfig`]:
+//!
+//! ```text
+//! h_0 = E[x] (+ positions P[0..T] if absolute)        # (B, T, d)
+//! h_0 = [S ; h_0]  with N learnable sink tokens S     # (B, N+T, d)
+//! for each block: h = Block(h)                        # pre-norm / post-norm / parallel
+//! logits = N_f(h[:, N:]) W_head                       # (B, T, V); W_head = Eᵀ when tied
+//! ```
+//!
+//! Files: [`layers`] (seeded init, linear layers, norms, gains), [`attention`] (the one
+//! attention module), [`block`] (FFN and block wiring), [`context`] (position tables, masks and
+//! the per-forward context), [`cache`] (key/value caches for decoding, StreamingLLM eviction).
+//! Two paths share the weights: [`Lm::forward`]
+//! (training and eval loss) and [`Lm::forward_probe`], which also returns every layer's
+//! attention weights (slot columns included), keys, values, gate values and block outputs for
+//! the sink metrics.
+//!
+//! Parameter names (safetensors, optimizer state) are the module paths, e.g.
+//! `blocks.0.attn.wq.weight`. Linear weights are stored `[d_in, d_out]` (y = x W + b), the
+//! transpose of PyTorch's `nn.Linear.weight`. The README lists every name.
+//!
+//! Init: every matrix (and the sink tokens and learned positions) N(0, init_std) from a seeded
+//! host RNG, so initial weights are identical on every backend; biases 0, norm gains 1. The
+//! baseline's weights are drawn first, in a fixed order, and every variant-specific parameter
+//! from a second stream, so two variants of one seed share all the weights they have in common.
+
+pub mod attention;
+pub mod block;
+pub mod cache;
+pub mod context;
+pub mod layers;
+
+pub use attention::{Attention, LayerProbe};
+pub use block::Block;
+pub use cache::{CachePolicy, KvCache};
+pub use layers::{HostRng, Init, Linear, Norm, identity, orthogonal};
+
+use crate::config::{BlockConfig, HeadKind, ModelConfig, PositionsConfig};
+use burn::module::{Module, Param};
+use burn::tensor::module::{embedding, linear};
+use burn::tensor::{Device, Int, Tensor, TensorData};
+use context::{Ctx, PositionTables};
+use layers::norm_or_id;
+
+/// The language model.
+#[derive(Module, Debug)]
+pub struct Lm {
+    /// Token embedding (V, d).
+    pub embed: Param<Tensor<2>>,
+    /// Learned absolute positions (ctx, d).
+    pub pos_embed: Option<Param<Tensor<2>>>,
+    /// T5 relative-position bias table (buckets, H), shared by all layers.
+    pub rel_bias: Option<Param<Tensor<2>>>,
+    /// Learnable sink tokens (N, d), prepended to every sequence.
+    pub sink_tokens: Option<Param<Tensor<2>>>,
+    /// Norm of the block-0 input (`model.input_norm`).
+    pub input_norm: Option<Norm>,
+    pub blocks: Vec<Block>,
+    /// Final norm (absent in post-norm models).
+    pub norm_f: Option<Norm>,
+    /// Output head (d, V); absent when tied to the embedding.
+    pub head: Option<Linear>,
+    #[module(skip)]
+    pub tables: PositionTables,
+    #[module(skip)]
+    pub cfg: ModelConfig,
+}
+
+impl Lm {
+    /// Build with weights drawn from N(0, init_std) by seeded host RNGs (identical on every
+    /// backend).
+    pub fn new(cfg: &ModelConfig, vocab: usize, seed: u64, device: &Device) -> Self {
+        let d = cfg.d_model;
+        let mut init = Init {
+            base: HostRng::new(seed),
+            extra: HostRng::new(seed ^ 0x005e_ed0f_7a41_a7e5),
+            std: cfg.resolved_init_std(),
+            device,
+        };
+        let embed = init.normal([vocab, d]);
+        let spa = match cfg.attention.spa.target() {
+            None => Vec::new(),
+            Some(target) => crate::spa::spa_layers(&target, cfg.n_layers, cfg.ctx)
+                .expect("validated: every causal entry of A_l is positive"),
+        };
+        let blocks: Vec<Block> = (0..cfg.n_layers)
+            .map(|l| Block::new(cfg, &mut init, l, spa.get(l)))
+            .collect();
+        let head = match cfg.head {
+            HeadKind::Untied => Some(Linear::new(&mut init, d, vocab, cfg.bias)),
+            HeadKind::Tied => None,
+        };
+        let norm_f = match cfg.block {
+            BlockConfig::PostNorm {} => None,
+            _ => Norm::new(&cfg.norm, d, &init),
+        };
+        let input_norm = cfg.input_norm.as_ref().and_then(|n| Norm::new(n, d, &init));
+        let std = init.std;
+        let pos_embed = matches!(cfg.positions, PositionsConfig::Learned {})
+            .then(|| init.normal_extra([cfg.ctx, d], std));
+        let sink_tokens =
+            (cfg.sink_tokens > 0).then(|| init.normal_extra([cfg.sink_tokens, d], std));
+        let rel_bias = match cfg.positions {
+            PositionsConfig::Relative { buckets, .. } => {
+                Some(init.filled(0.0, [buckets, cfg.n_heads]))
+            }
+            _ => None,
+        };
+        Self {
+            embed,
+            pos_embed,
+            rel_bias,
+            sink_tokens,
+            input_norm,
+            blocks,
+            norm_f,
+            head,
+            tables: PositionTables::new(cfg, cfg.ctx, device),
+            cfg: cfg.clone(),
+        }
+    }
+
+    /// The block-0 input (B, N+T, d) (embedding, absolute positions, sink tokens, input norm)
+    /// and the forward context for `t` real tokens.
+    fn input(&self, tokens: Tensor<2, Int>) -> (Tensor<3>, Ctx) {
+        let [b, t] = tokens.dims();
+        let n_sink = self.cfg.sink_tokens;
+        let mut h = embedding(self.embed.val(), tokens); // (B, T, d)
+        if let Some(pe) = &self.tables.sinusoidal {
+            h = h + pe.clone().slice(0..t).unsqueeze::<3>(); // + (1, T, d)
+        }
+        if let Some(pe) = &self.pos_embed {
+            h = h + pe.val().slice(0..t).unsqueeze::<3>();
+        }
+        if let Some(s) = &self.sink_tokens {
+            let d = self.cfg.d_model;
+            let sinks = s.val().unsqueeze::<3>().expand([b, n_sink, d]); // (B, N, d)
+            h = Tensor::cat(vec![sinks, h], 1); // (B, N+T, d)
+        }
+        h = norm_or_id(&self.input_norm, h);
+        let ctx = self.context(t, &h.device());
+        (h, ctx)
+    }
+
+    fn context(&self, t: usize, device: &Device) -> Ctx {
+        Ctx::new(
+            &self.cfg,
+            &self.tables,
+            self.rel_bias.as_ref().map(|p| p.val()),
+            t,
+            device,
+        )
+    }
+
+    /// Real-token hidden states after the last block, (B, T, d), recording probes if asked and
+    /// applying a residual-stream filter if given.
+    fn run(
+        &self,
+        tokens: Tensor<2, Int>,
+        mut probe: Option<&mut Vec<LayerProbe>>,
+        filter: Option<&StreamFilter>,
+    ) -> Tensor<3> {
+        let t = tokens.dims()[1];
+        let n_sink = self.cfg.sink_tokens;
+        let (mut h, ctx) = self.input(tokens);
+        let apply = |l: usize, h: Tensor<3>| match filter {
+            Some(f) if f.layers.contains(&l) => f.apply(h),
+            _ => h,
+        };
+        for (l, block) in self.blocks.iter().enumerate() {
+            h = apply(l, h);
+            let mut layer = probe.as_ref().map(|_| LayerProbe::default());
+            h = block.forward(h, &ctx, layer.as_mut(), None);
+            if let (Some(p), Some(mut layer)) = (probe.as_deref_mut(), layer) {
+                layer.hidden = Some(h.clone().narrow(1, n_sink, t)); // (B, T, d)
+                p.push(layer);
+            }
+        }
+        h = apply(self.blocks.len(), h);
+        if n_sink > 0 {
+            h = h.narrow(1, n_sink, t); // drop the sink tokens: (B, T, d)
+        }
+        h
+    }
+
+    /// The real-token representations entering block 0 and leaving every block: L + 1
+    /// tensors (B, T, d) (for `sinklab init-check`).
+    pub fn hidden_states(&self, tokens: Tensor<2, Int>) -> Vec<Tensor<3>> {
+        let t = tokens.dims()[1];
+        let n_sink = self.cfg.sink_tokens;
+        let (mut h, ctx) = self.input(tokens);
+        let mut out = vec![h.clone().narrow(1, n_sink, t)];
+        for block in &self.blocks {
+            h = block.forward(h, &ctx, None, None);
+            out.push(h.clone().narrow(1, n_sink, t));
+        }
+        out
+    }
+
+    /// Run the blocks on a given block-0 input (B, T, d), bypassing the embedding (a model
+    /// without sink tokens): the input and every block's output, L + 1 tensors. For
+    /// signal-propagation tests that start from a chosen token kernel.
+    pub fn propagate(&self, h0: Tensor<3>) -> Vec<Tensor<3>> {
+        assert_eq!(
+            self.cfg.sink_tokens, 0,
+            "propagate needs a model without sink tokens"
+        );
+        let ctx = self.context(h0.dims()[1], &h0.device());
+        let mut out = vec![h0];
+        for block in &self.blocks {
+            let h = block.forward(out.last().expect("input").clone(), &ctx, None, None);
+            out.push(h);
+        }
+        out
+    }
+
+    /// Logits (B, T, V) from real-token hidden states (B, T, d).
+    fn logits(&self, h: Tensor<3>) -> Tensor<3> {
+        let h = match &self.norm_f {
+            Some(n) => n.forward(h),
+            None => h,
+        };
+        match &self.head {
+            Some(head) => head.forward(h),
+            None => linear(h, self.embed.val().transpose(), None), // tied: h Eᵀ
+        }
+    }
+
+    /// Logits (B, T, V) for token ids (B, T).
+    pub fn forward(&self, tokens: Tensor<2, Int>) -> Tensor<3> {
+        let h = self.run(tokens, None, None);
+        self.logits(h)
+    }
+
+    /// Logits with `filter` applied to the residual stream (dark-signal experiments).
+    pub fn forward_filtered(&self, tokens: Tensor<2, Int>, filter: &StreamFilter) -> Tensor<3> {
+        let h = self.run(tokens, None, Some(filter));
+        self.logits(h)
+    }
+
+    /// Logits plus every layer's attention weights, queries, keys, values, gates and block
+    /// output, with an optional residual-stream filter.
+    pub fn forward_probe_filtered(
+        &self,
+        tokens: Tensor<2, Int>,
+        filter: Option<&StreamFilter>,
+    ) -> (Tensor<3>, Vec<LayerProbe>) {
+        let mut probe = Vec::with_capacity(self.blocks.len());
+        let h = self.run(tokens, Some(&mut probe), filter);
+        (self.logits(h), probe)
+    }
+
+    /// Logits plus every layer's attention weights, queries, keys, values, gates and block
+    /// output.
+    pub fn forward_probe(&self, tokens: Tensor<2, Int>) -> (Tensor<3>, Vec<LayerProbe>) {
+        self.forward_probe_filtered(tokens, None)
+    }
+}
+
+/// A linear map applied to the residual stream entering the given blocks (`h ← h M`); layer
+/// `L` (the number of blocks) is the input of the final norm and unembedding.
+pub struct StreamFilter {
+    pub layers: Vec<usize>,
+    /// (d, d), acting on row vectors.
+    pub matrix: Tensor<2>,
+}
+
+impl StreamFilter {
+    /// The filter that maps every residual vector h to `F h`, for F a row-major d × d map on
+    /// column vectors (the papers' convention): the stream holds rows, so M = Fᵀ.
+    pub fn from_column_map(f: &[f64], d: usize, layers: &[usize], device: &Device) -> Self {
+        assert_eq!(f.len(), d * d, "a d × d map");
+        let mut m = vec![0f32; d * d];
+        for i in 0..d {
+            for j in 0..d {
+                m[j * d + i] = f[i * d + j] as f32;
+            }
+        }
+        Self {
+            layers: layers.to_vec(),
+            matrix: Tensor::from_data(TensorData::new(m, [d, d]), device),
+        }
+    }
+
+    /// `F h` for each row h of `x` (…, d).
+    pub fn apply<const D: usize>(&self, x: Tensor<D>) -> Tensor<D> {
+        x.matmul(self.matrix.clone().unsqueeze::<D>())
+    }
+}
+
+/// Masked mean next-token cross-entropy: `Σ mask·(−log p(target)) / denom`. `denom` is passed
+/// in so that gradient-accumulation micro-batches sum to the mean over the whole step.
+pub fn masked_nll(
+    logits: Tensor<3>,
+    targets: Tensor<2, Int>,
+    mask: Tensor<2>,
+    denom: f64,
+) -> Tensor<1> {
+    let logp = burn::tensor::activation::log_softmax(logits, 2); // (B, T, V)
+    let picked = logp
+        .gather(2, targets.unsqueeze_dim::<3>(2))
+        .squeeze_dim::<2>(2); // (B, T)
+    (picked * mask).sum().neg() / denom
+}
+
+/// Number of parameters in the model's `Param`s (trained or not).
+pub fn count_params(model: &Lm) -> usize {
+    model.num_params()
+}
+
+/// Parameter count without the token embedding (for FLOP estimates, as in Kaplan et al.).
+/// A tied head counts as a (d, V) matrix, since it costs the same FLOPs.
+pub fn non_embedding_params(model: &Lm) -> usize {
+    let [v, d] = model.embed.dims();
+    let tied = if model.head.is_none() { v * d } else { 0 };
+    model.num_params() - v * d + tied
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stream_filter_applies_its_column_map_to_every_row() {
+        let dev = crate::backend::device(crate::config::DeviceKind::Flex).unwrap();
+        // F = [[1, 2], [3, 4]]: F (1, 0)ᵀ = (1, 3), F (0, 1)ᵀ = (2, 4).
+        let f = StreamFilter::from_column_map(&[1.0, 2.0, 3.0, 4.0], 2, &[0], &dev);
+        let x = Tensor::<2>::from_data(TensorData::new(vec![1f32, 0.0, 0.0, 1.0], [2, 2]), &dev);
+        let y: Vec<f32> = f.apply(x).into_data().try_into_vec::<f32>().unwrap();
+        assert_eq!(y, vec![1.0, 3.0, 2.0, 4.0]);
+    }
+
+    #[test]
+    fn w_down_init_std_scales_the_same_draws_and_nothing_else() {
+        let dev = crate::backend::device(crate::config::DeviceKind::Flex).unwrap();
+        let cfg = ModelConfig {
+            d_model: 16,
+            n_layers: 2,
+            n_heads: 2,
+            d_ff: 24,
+            ctx: 8,
+            ..ModelConfig::default()
+        };
+        let std = cfg.resolved_init_std();
+        let scaled = ModelConfig {
+            w_down_init_std: Some(0.25 * std),
+            ..cfg.clone()
+        };
+        let (a, b) = (Lm::new(&cfg, 11, 3, &dev), Lm::new(&scaled, 11, 3, &dev));
+        let host = |t: Tensor<2>| t.into_data().try_into_vec::<f32>().unwrap();
+        for (ba, bb) in a.blocks.iter().zip(&b.blocks) {
+            let (ma, mb) = (ba.mlp.as_ref().unwrap(), bb.mlp.as_ref().unwrap());
+            for (x, y) in host(ma.w_down.weight.val())
+                .iter()
+                .zip(host(mb.w_down.weight.val()))
+            {
+                assert!((0.25 * x - y).abs() <= 1e-6 * x.abs().max(1e-3), "{x} {y}");
+            }
+            assert_eq!(host(ma.w_up.weight.val()), host(mb.w_up.weight.val()));
+            assert_eq!(
+                host(ba.attn.wo.as_ref().unwrap().weight.val()),
+                host(bb.attn.wo.as_ref().unwrap().weight.val())
+            );
+        }
+        assert_eq!(
+            host(a.head.as_ref().unwrap().weight.val()),
+            host(b.head.as_ref().unwrap().weight.val())
+        );
+    }
+
+    #[test]
+    fn host_rng_is_normal() {
+        let xs = HostRng::new(3).normal(200_000, 0.5);
+        let mean = xs.iter().map(|&x| x as f64).sum::<f64>() / xs.len() as f64;
+        let var = xs.iter().map(|&x| (x as f64 - mean).powi(2)).sum::<f64>() / xs.len() as f64;
+        assert!(mean.abs() < 0.005, "mean {mean}");
+        assert!((var.sqrt() - 0.5).abs() < 0.005, "std {}", var.sqrt());
+        assert_eq!(
+            HostRng::new(3).normal(5, 1.0),
+            HostRng::new(3).normal(5, 1.0)
+        );
+    }
+}

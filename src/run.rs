@@ -1,0 +1,304 @@
+//! The run directory: what a run writes, where, and how it is opened again.
+//!
+//! ```text
+//! runs/NAME/resolved.toml      the full resolved experiment (written before step 0)
+//! runs/NAME/provenance.json    git revision, features, device, seed, argv, versions
+//! runs/NAME/tokenizer.json     the tokenizer (loads in Python's `tokenizers`)
+//! runs/NAME/metrics.jsonl      one JSON object per record: {"step", "time", "scalars": {...}}
+//! runs/NAME/tb/                TensorBoard event files
+//! runs/NAME/summary.json       the final summary of a finished (or stopped) run
+//! runs/NAME/checkpoints/step_NNNNNNNN/{model.safetensors, optim.safetensors, state.json}
+//! ```
+//!
+//! Checkpoints are written atomically ([`crate::checkpoint`]); a checkpoint resumes only the run
+//! whose configuration digest it carries.
+
+use crate::backend::{self, Provenance};
+use crate::checkpoint::{self, HostTensor};
+use crate::config::{self, DeviceKind, Experiment};
+use crate::data;
+use crate::model::Lm;
+use crate::optim::{self, AdamW};
+use anyhow::{Context, Result, anyhow, bail};
+use burn::tensor::Device;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// `state.json` inside a checkpoint.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct CheckpointState {
+    /// Optimizer steps completed; the data position is a pure function of it.
+    pub step: u64,
+    pub adam_t: u64,
+    pub seed: u64,
+    pub config_digest: String,
+    pub vocab_size: usize,
+}
+
+/// Read a checkpoint's `state.json`.
+pub fn read_state(ckpt: &Path) -> Result<CheckpointState> {
+    let path = ckpt.join("state.json");
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    serde_json::from_str(&text)
+        .with_context(|| format!("{}: not a valid checkpoint state", path.display()))
+}
+
+/// Load a checkpoint's `model.safetensors` into `model` (every parameter must be there, with its
+/// shape).
+pub fn load_weights(model: Lm, ckpt: &Path) -> Result<Lm> {
+    let weights = checkpoint::load_safetensors(&ckpt.join("model.safetensors"))?;
+    optim::import_params(model, &weights).map_err(|e| anyhow!("{}: {e}", ckpt.display()))
+}
+
+/// sha256 of the resolved config text: a checkpoint only resumes the run it belongs to.
+pub fn config_digest(exp: &Experiment) -> String {
+    use sha2::{Digest, Sha256};
+    data::hex(&Sha256::digest(exp.to_toml().as_bytes()))
+}
+
+/// `(run directory, checkpoint directory)` for a checkpoint directory or a run directory (whose
+/// newest checkpoint is taken).
+pub fn locate_checkpoint(path: &Path) -> Result<(PathBuf, PathBuf)> {
+    if path.join("state.json").exists() {
+        let run_dir = path.parent().and_then(Path::parent).ok_or_else(|| {
+            anyhow!(
+                "{}: checkpoint is not inside a run directory",
+                path.display()
+            )
+        })?;
+        Ok((run_dir.to_path_buf(), path.to_path_buf()))
+    } else {
+        let (_, c) = checkpoint::list_checkpoints(path).pop().ok_or_else(|| {
+            anyhow!(
+                "{}: no checkpoint found (expected a run directory or checkpoints/step_N)",
+                path.display()
+            )
+        })?;
+        Ok((path.to_path_buf(), c))
+    }
+}
+
+/// Load a model from a checkpoint directory (or the newest checkpoint of a run directory).
+pub fn load_checkpoint(
+    path: &Path,
+    device: &Device,
+) -> Result<(Experiment, Lm, PathBuf, CheckpointState)> {
+    let (run_dir, ckpt) = locate_checkpoint(path)?;
+    let resolved = run_dir.join("resolved.toml");
+    let text = std::fs::read_to_string(&resolved)
+        .with_context(|| format!("reading {}", resolved.display()))?;
+    let exp = config::from_str(&resolved.display().to_string(), &text)?;
+    let state = read_state(&ckpt)?;
+    let model = load_weights(
+        Lm::new(&exp.model, state.vocab_size, exp.run.seed, device),
+        &ckpt,
+    )?;
+    Ok((exp, model, run_dir, state))
+}
+
+/// A trained run opened for analysis: its config, model, data and device.
+pub struct OpenRun {
+    pub exp: Experiment,
+    pub model: Lm,
+    pub run_dir: PathBuf,
+    pub checkpoint: PathBuf,
+    pub state: CheckpointState,
+    pub data: data::Dataset,
+    pub device: Device,
+}
+
+/// Open a run directory (newest checkpoint) or checkpoint directory on `device` (default: the
+/// run's own device), and prepare its data. A relative data cache directory is relative to
+/// where training ran; from elsewhere the shards are rebuilt (deterministically) next to the
+/// run instead.
+pub fn open_run(
+    path: &Path,
+    device: Option<DeviceKind>,
+    log: &mut dyn FnMut(&str),
+) -> Result<OpenRun> {
+    let (run_dir0, ckpt) = locate_checkpoint(path)?;
+    let resolved = run_dir0.join("resolved.toml");
+    let text = std::fs::read_to_string(&resolved).with_context(|| {
+        format!(
+            "{}: no resolved.toml (not a sinklab run directory)",
+            run_dir0.display()
+        )
+    })?;
+    let exp0 = config::from_str(&resolved.display().to_string(), &text)?;
+    let device = backend::device(device.unwrap_or(exp0.run.device))?;
+    let (exp, model, run_dir, state) = load_checkpoint(&ckpt, &device)?;
+    let mut d = exp.data.clone();
+    if !d.cache_dir.is_absolute() && !d.cache_dir.exists() {
+        d.cache_dir = run_dir.join("_cache");
+    }
+    let data = data::Dataset::prepare(&d, log)?;
+    Ok(OpenRun {
+        exp,
+        model,
+        run_dir,
+        checkpoint: ckpt,
+        state,
+        data,
+        device,
+    })
+}
+
+/// Where a run starts: the directory is prepared (resolved.toml and provenance written), and
+/// the checkpoint to resume from, if any.
+pub struct Start {
+    pub run_dir: PathBuf,
+    /// (step, checkpoint directory) of the newest checkpoint when resuming.
+    pub resume_from: Option<(u64, PathBuf)>,
+    pub provenance: Provenance,
+}
+
+impl Start {
+    pub fn resumed_step(&self) -> Option<u64> {
+        self.resume_from.as_ref().map(|(s, _)| *s)
+    }
+}
+
+/// Prepare the run directory of `exp`. A fresh run refuses a directory that already holds one;
+/// `resume` requires the same configuration as the run's `resolved.toml` (read with today's
+/// defaults, so that a setting added to sinklab since the run started still matches).
+pub fn start(exp: &Experiment, resume: bool) -> Result<Start> {
+    let run_dir = exp.run_dir();
+    let resolved_path = run_dir.join("resolved.toml");
+    let existing = checkpoint::list_checkpoints(&run_dir);
+    let resume_from = if resume {
+        if resolved_path.exists() {
+            check_same_config(exp, &resolved_path)?;
+        }
+        existing.last().cloned()
+    } else {
+        if !existing.is_empty() || resolved_path.exists() {
+            bail!(
+                "run directory {} already holds a run; pass --resume to continue it, or choose another \
+                 run.name (e.g. --set run.name=NEW)",
+                run_dir.display()
+            );
+        }
+        None
+    };
+    std::fs::create_dir_all(&run_dir).with_context(|| format!("creating {}", run_dir.display()))?;
+    if resume_from.is_none() {
+        // A fresh start (also `--resume` of a run killed before its first checkpoint): records
+        // of an earlier attempt would duplicate steps.
+        std::fs::remove_file(run_dir.join("metrics.jsonl")).ok();
+        std::fs::remove_dir_all(run_dir.join("tb")).ok();
+    }
+    let resumed_step = resume_from.as_ref().map(|(s, _)| *s);
+    checkpoint::write_atomic(&resolved_path, exp.to_toml().as_bytes())?;
+    let provenance = Provenance::collect(exp.run.device, exp.run.seed, resumed_step);
+    let prov_name = match resumed_step {
+        None => "provenance.json".to_string(),
+        Some(s) => format!("provenance.resume_{s:08}.json"),
+    };
+    checkpoint::write_atomic(
+        &run_dir.join(prov_name),
+        serde_json::to_string_pretty(&provenance)?.as_bytes(),
+    )?;
+    Ok(Start {
+        run_dir,
+        resume_from,
+        provenance,
+    })
+}
+
+/// Refuse to resume a run whose `resolved.toml` differs from `exp`, listing what changed.
+fn check_same_config(exp: &Experiment, resolved_path: &Path) -> Result<()> {
+    let prev = std::fs::read_to_string(resolved_path)?;
+    let now = exp.to_toml();
+    let prev_now = toml::from_str::<toml::Table>(&prev)
+        .ok()
+        .and_then(|t| config::from_table("resolved.toml", t).ok())
+        .map(|e| e.to_toml());
+    if prev != now && prev_now.as_deref() != Some(now.as_str()) {
+        let old_lines: std::collections::HashSet<&str> =
+            prev_now.as_deref().unwrap_or(&prev).lines().collect();
+        let changed: Vec<&str> = now
+            .lines()
+            .filter(|l| !old_lines.contains(l))
+            .take(8)
+            .collect();
+        bail!(
+            "{}: --resume with a configuration that differs from the run's resolved.toml \
+             (new or changed lines: {}); resume with the same file and --set flags, or \
+             choose a new run.name",
+            resolved_path.parent().unwrap_or(Path::new(".")).display(),
+            changed.join(" | ")
+        );
+    }
+    Ok(())
+}
+
+/// Restore the model and optimizer of a run from its checkpoint `dir`, which must belong to
+/// `exp`'s configuration; returns the step it was taken at.
+pub fn restore(
+    exp: &Experiment,
+    dir: &Path,
+    model: Lm,
+    adam: &mut AdamW,
+    device: &Device,
+) -> Result<(Lm, u64)> {
+    let state = read_state(dir)?;
+    if state.config_digest != config_digest(exp) {
+        bail!(
+            "{}: checkpoint belongs to another configuration",
+            dir.display()
+        );
+    }
+    let model = load_weights(model, dir)?;
+    adam.import(
+        &checkpoint::load_safetensors(&dir.join("optim.safetensors"))?,
+        state.adam_t,
+        device,
+    );
+    Ok((model, state.step))
+}
+
+/// Write the checkpoint of `step` (weights, optimizer state, `state.json`) atomically, keeping
+/// the newest `train.keep_checkpoints`.
+pub fn save_checkpoint(
+    run_dir: &Path,
+    exp: &Experiment,
+    model: &Lm,
+    adam: &AdamW,
+    step: u64,
+    vocab: usize,
+) -> Result<()> {
+    let weights: BTreeMap<String, HostTensor> = optim::export_params(model);
+    let mut meta = std::collections::HashMap::new();
+    meta.insert("format".to_string(), "sinklab".to_string());
+    meta.insert("step".to_string(), step.to_string());
+    meta.insert(
+        "layout".to_string(),
+        "linear weights are [d_in, d_out]".to_string(),
+    );
+    let state = CheckpointState {
+        step,
+        adam_t: adam.t,
+        seed: exp.run.seed,
+        config_digest: config_digest(exp),
+        vocab_size: vocab,
+    };
+    checkpoint::commit_checkpoint(
+        run_dir,
+        step,
+        &[
+            (
+                "model.safetensors",
+                checkpoint::safetensors_bytes(&weights, Some(meta))?,
+            ),
+            (
+                "optim.safetensors",
+                checkpoint::safetensors_bytes(&adam.export(), None)?,
+            ),
+            ("state.json", serde_json::to_vec_pretty(&state)?),
+        ],
+        exp.train.keep_checkpoints,
+    )?;
+    Ok(())
+}

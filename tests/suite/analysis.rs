@@ -1,0 +1,417 @@
+//! The analysis suite (docs/reference.md §4, §7): dark-signal maths and attention geometry against the
+//! NumPy reference (`scripts/reference_analysis.py`), metric helpers on hand-built arrays, the
+//! identity filter leaving NLL unchanged, and `analyze`, `dark`, `stream-eval` and `generate`
+//! end to end on trained checkpoints of the baseline, KV-bias, sink-token and sigmoid variants.
+
+use crate::common;
+
+use common::fixture::{floats, shape};
+use serde_json::Value;
+use sinklab::analysis::geometry::{
+    channel_stats, find_bars, norms_by_position, qk_geometry, received_stats,
+};
+use sinklab::analysis::unembedding_and_embedding;
+use sinklab::dark::Bands;
+use sinklab::metrics::Array;
+use sinklab::model::StreamFilter;
+use sinklab::train::{self, TrainOptions};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn golden() -> Value {
+    common::golden("analysis_golden.json")
+}
+
+fn close(got: &[f64], want: &[f64], tol: f64, what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            (g - w).abs() <= tol * (1.0 + w.abs()),
+            "{what}[{i}]: got {g}, want {w}"
+        );
+    }
+}
+
+fn array(v: &Value) -> Array {
+    Array::new(shape(v), floats(v).into_iter().map(|x| x as f32).collect())
+}
+
+#[test]
+fn dark_signal_maths_matches_numpy() {
+    let g = &golden()["dark"];
+    let [d, n] = shape(&g["m"])[..] else { panic!() };
+    let nb = g["bands"].as_u64().unwrap() as usize;
+    let b = Bands::from_matrix(&floats(&g["m"]), d, n, nb);
+    let sv: Vec<f64> = g["singular_values"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect();
+    close(&b.singular_values, &sv, 1e-10, "singular values");
+    let edges: Vec<usize> = g["edges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as usize)
+        .collect();
+    assert_eq!(b.edges, edges);
+    for k in 0..=nb {
+        close(&b.phi(k), &floats(&g["phi"][k]), 1e-9, &format!("Φ_{k}"));
+    }
+    close(&b.omega(2), &floats(&g["omega2"]), 1e-9, "Ω_2");
+    let h = floats(&g["h"]);
+    for (i, row) in h.chunks_exact(d).enumerate() {
+        let want: Vec<f64> = g["energy"][i]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect();
+        close(&b.band_energy(row), &want, 1e-9, "band energy");
+        close(
+            &[b.dark_ratio(row)],
+            &[g["dark_ratio"][i].as_f64().unwrap()],
+            1e-9,
+            "dark ratio",
+        );
+    }
+    let w = floats(&g["w"]);
+    let want: Vec<f64> = g["write_share"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect();
+    close(&b.write_share(&w, w.len() / d), &want, 1e-9, "write share");
+    // Ψ_k with M as the unembedding side and M2 as the embedding side, every k.
+    let b2 = Bands::from_matrix(&floats(&g["m2"]), d, n, nb);
+    for k in 0..=nb {
+        let psi = sinklab::dark::psi(&b, &b2, k);
+        close(&psi, &floats(&g["psi"][k]), 1e-9, &format!("Ψ_{k}"));
+    }
+}
+
+#[test]
+fn attention_geometry_and_received_attention_match_numpy() {
+    let g = &golden()["geometry"];
+    let heads = qk_geometry(&array(&g["q"]), &array(&g["k"]));
+    for (h, want) in heads.iter().zip(g["heads"].as_array().unwrap()) {
+        let got = [h.cos_first, h.cos_rest, h.norm_first, h.norm_rest];
+        let w: Vec<f64> = ["cos_first", "cos_rest", "norm_first", "norm_rest"]
+            .iter()
+            .map(|k| want[*k].as_f64().unwrap())
+            .collect();
+        close(&got, &w, 1e-5, "q·k geometry");
+    }
+    let a = array(&g["attn"]);
+    let t = a.shape[0];
+    let min_q = g["min_q"].as_u64().unwrap() as usize;
+    let stats = received_stats(&a.data, t, min_q);
+    for (k, (s, want)) in stats
+        .iter()
+        .zip(g["received"].as_array().unwrap())
+        .enumerate()
+    {
+        match (s, want.as_array()) {
+            (None, None) => {}
+            (Some((m, sd)), Some(w)) => close(
+                &[*m, *sd],
+                &[w[0].as_f64().unwrap(), w[1].as_f64().unwrap()],
+                1e-5,
+                &format!("received attention of key {k}"),
+            ),
+            other => panic!("key {k}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn bars_channels_and_position_norms_by_hand() {
+    // One head, T = 5: key 2 gets exactly 0.3 from every later query (a bar); key 1 gets a
+    // high but varying share (0.7, 0.1: std 0.3, not a bar); key 0 (the first token) is never
+    // reported.
+    #[rustfmt::skip]
+    let a = vec![
+        1.0, 0.0, 0.0, 0.0, 0.0,
+        0.5, 0.5, 0.0, 0.0, 0.0,
+        0.2, 0.7, 0.1, 0.0, 0.0,
+        0.6, 0.1, 0.3, 0.0, 0.0,
+        0.6, 0.0, 0.3, 0.0, 0.1,
+    ];
+    let attn = Array::new(vec![1, 1, 5, 5], a);
+    let bars = find_bars(&attn, 3, &[9, 8, 7, 6, 5], 0.2, 0.1, 2);
+    assert_eq!(bars.len(), 1, "{bars:?}");
+    assert_eq!((bars[0].layer, bars[0].position, bars[0].token), (3, 2, 7));
+    assert!((bars[0].mean - 0.3).abs() < 1e-6 && bars[0].std < 1e-6);
+    // with min_q = 3 key 2 has only 2 later queries: no bar
+    assert!(find_bars(&attn, 3, &[9, 8, 7, 6, 5], 0.2, 0.1, 3).is_empty());
+    // hidden (B=1, T=3, D=2): token 0 holds a massive value in channel 1
+    let h = Array::new(vec![1, 3, 2], vec![0.001, 500.0, 0.001, 0.0, 0.0, 0.001]);
+    let (massive, top) = channel_stats(&h, 1);
+    assert_eq!(massive, vec![(1, 1)]);
+    assert_eq!(top[0].0, 1);
+    assert!((top[0].1 - 500.0).abs() < 1e-3 && (top[0].2 - 1.0).abs() < 1e-12);
+    let n = norms_by_position(&Array::new(
+        vec![2, 2, 2],
+        vec![3.0, 4.0, 0.0, 1.0, 0.0, 0.0, 0.0, 3.0],
+    ));
+    close(&n, &[2.5, 2.0], 1e-12, "norms by position");
+}
+
+fn quiet() -> TrainOptions {
+    TrainOptions {
+        quiet: true,
+        ..TrainOptions::default()
+    }
+}
+
+fn sinklab(args: &[&str]) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_sinklab"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+fn is_png(p: &Path) -> bool {
+    std::fs::read(p).is_ok_and(|b| b.starts_with(b"\x89PNG\r\n\x1a\n"))
+}
+
+fn read_json(p: &Path) -> Value {
+    serde_json::from_str(
+        &std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display())),
+    )
+    .unwrap()
+}
+
+#[test]
+fn identity_filter_leaves_the_loss_unchanged_and_removing_everything_does_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let exp = common::tiny_experiment(dir.path(), "filter", &[]);
+    let s = train::train(&exp, &quiet(), &mut |_| {}).unwrap();
+    let run = sinklab::run::open_run(&s.run_dir, None, &mut |_| {}).unwrap();
+    let (w_u, _, d, v) = unembedding_and_embedding(&run.model, false);
+    let bands = Bands::from_matrix(&w_u, d, v, 8);
+    let val = sinklab::data::validation_batch(&run.data, 8, 32, true).unwrap();
+    let base = sinklab::eval::eval_loss(&run.model, &val, 4, &run.device);
+    let filter = |m: Vec<f64>, layers: Vec<usize>| StreamFilter {
+        layers,
+        matrix: burn::tensor::Tensor::from_data(
+            burn::tensor::TensorData::new(m.into_iter().map(|x| x as f32).collect(), [d, d]),
+            &run.device,
+        ),
+    };
+    let all = filter(bands.phi(8), (0..=2).collect());
+    let same = sinklab::eval::eval_loss_filtered(&run.model, &val, 4, &run.device, Some(&all));
+    assert!((same - base).abs() < 1e-4, "Φ(all bands): {same} vs {base}");
+    let half = filter(bands.phi(4), vec![1]);
+    let worse = sinklab::eval::eval_loss_filtered(&run.model, &val, 4, &run.device, Some(&half));
+    assert!(
+        (worse - base).abs() > 1e-3,
+        "Φ_4 at layer 1 changes the loss: {worse} vs {base}"
+    );
+}
+
+/// Train a tiny variant and run every analysis command on its checkpoint.
+fn run_all_commands(dir: &Path, name: &str, overrides: &[&str]) -> PathBuf {
+    let exp = common::tiny_experiment(dir, name, overrides);
+    let s = train::train(&exp, &quiet(), &mut |_| {}).unwrap();
+    let run = s.run_dir.display().to_string();
+    let out = dir.join(format!("{name}_analysis"));
+    let o = out.display().to_string();
+    let (ok, text) = sinklab(&[
+        "analyze",
+        &run,
+        "--sequences",
+        "6",
+        "--len",
+        "16",
+        "--out",
+        &o,
+        "--tensorboard",
+        "--map",
+        "1:2",
+    ]);
+    assert!(ok, "{name} analyze: {text}");
+    assert!(
+        text.contains("natural:") && text.contains("repeated:"),
+        "{text}"
+    );
+    let a = read_json(&out.join("analysis.json"));
+    for kind in ["natural", "random", "repeated"] {
+        let r = a["kinds"][kind]["sink_rate"]["0.3"].as_array().unwrap();
+        assert_eq!(r.len(), 10, "{name} {kind}");
+        assert!(
+            r.iter()
+                .all(|x| (0.0..=100.0).contains(&x.as_f64().unwrap()))
+        );
+    }
+    assert_eq!(a["activations"].as_array().unwrap().len(), 2);
+    assert_eq!(a["qk"][0].as_array().unwrap().len(), 4);
+    for f in a["files"].as_array().unwrap() {
+        let f = f.as_str().unwrap();
+        if f.ends_with(".png") {
+            assert!(is_png(&out.join(f)), "{name}: {f}");
+        }
+    }
+    assert!(is_png(&out.join("attention_l01_h02.png")));
+    assert!(is_png(&out.join("importance_first.png")));
+    let (ok, text) = sinklab(&[
+        "dark",
+        &run,
+        "--bands",
+        "4",
+        "--k",
+        "1,3",
+        "--sequences",
+        "4",
+        "--probe-sequences",
+        "4",
+        "--probe-len",
+        "16",
+        "--out",
+        &o,
+        "--layer",
+        "1",
+    ]);
+    assert!(ok, "{name} dark: {text}");
+    let dj = read_json(&out.join("dark.json"));
+    let filters = dj["filters"].as_array().unwrap();
+    // the identity check + 5 families × 2 values of k at one site
+    assert_eq!(filters.len(), 1 + 5 * 2);
+    let ident = filters[0]["delta_nll"].as_f64().unwrap();
+    assert!(ident.abs() < 1e-4, "{name}: identity ΔNLL {ident}");
+    for f in &filters[1..] {
+        assert_eq!(f["layer"].as_u64(), Some(1), "{name}: {f}");
+    }
+    assert_eq!(
+        dj["unembedding"].as_str(),
+        Some("W_U"),
+        "the paper's plain W_U by default"
+    );
+    for slug in ["phi", "omega", "psi", "phi_e", "random_phi"] {
+        assert!(
+            is_png(&out.join(format!("dark_{slug}.png"))),
+            "{name}: {slug}"
+        );
+    }
+    assert_eq!(dj["band_energy"].as_array().unwrap().len(), 3);
+    let (ok, text) = sinklab(&[
+        "stream-eval",
+        &run,
+        "--sinks",
+        "2",
+        "--window",
+        "10",
+        "--tokens",
+        "70",
+        "--out",
+        &o,
+        "--tensorboard",
+    ]);
+    assert!(ok, "{name} stream-eval: {text}");
+    let sj = read_json(&out.join("stream.json"));
+    let rows = sj["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 5, "{name}: {sj}");
+    for r in rows {
+        assert!(r["ppl"].as_f64().unwrap().is_finite(), "{name}: {r}");
+    }
+    // One budget L = 2 + 10 for every policy, the recomputed window included; dense attention
+    // runs over the whole text, past model.ctx = 32 (RoPE).
+    assert_eq!(sj["budget"].as_u64(), Some(12));
+    assert_eq!(rows[0]["name"].as_str(), Some("dense"), "{name}");
+    assert_eq!(rows[0]["scored"].as_u64(), Some(69), "{name}");
+    assert!(rows[0]["ppl_past_ctx"].as_f64().is_some(), "{name}");
+    assert_eq!(rows[4]["window"].as_u64(), Some(12), "{name}");
+    for r in &rows[1..] {
+        assert_eq!(r["scored"].as_u64(), Some(69), "{name}: {r}");
+        let kept = r["sinks"].as_u64().unwrap_or(0) + r["window"].as_u64().unwrap();
+        assert_eq!(kept, 12, "{name}: {r}");
+    }
+    assert!(is_png(&out.join("stream_ppl.png")));
+    let (ok, text) = sinklab(&[
+        "generate", &run, "--prompt", "To be", "--tokens", "12", "--seed", "3",
+    ]);
+    assert!(ok && text.starts_with("To be"), "{name} generate: {text}");
+    // TensorBoard got the analysis scalars and images.
+    let tb = s.run_dir.join("tb");
+    let events = std::fs::read_dir(&tb).unwrap().count();
+    assert!(
+        events >= 2,
+        "{name}: the analysis writes its own event file"
+    );
+    s.run_dir
+}
+
+#[test]
+fn analysis_commands_on_baseline_kv_bias_sink_token_and_sigmoid_checkpoints() {
+    let dir = tempfile::tempdir().unwrap();
+    run_all_commands(dir.path(), "base", &[]);
+    run_all_commands(
+        dir.path(),
+        "kvbias",
+        &["model.attention.slot={kind=\"kv_bias\"}"],
+    );
+    run_all_commands(dir.path(), "sinktok", &["model.sink_tokens=1"]);
+    run_all_commands(
+        dir.path(),
+        "sigmoid",
+        &["model.attention.normaliser={kind=\"sigmoid\", bias=\"-ln(T)\"}"],
+    );
+}
+
+/// A run trained with a fixed token at position 2 (after BOS) is validated and probed as
+/// trained: the validation loss is measured on sequences carrying the token (with its target
+/// unscored) and also logged on the unchanged text, `eval` prints both, and `analyze` adds the
+/// `as_trained` probe kind next to the natural one.
+#[test]
+fn fixed_token_runs_are_validated_and_probed_as_trained() {
+    let dir = tempfile::tempdir().unwrap();
+    let exp = common::tiny_experiment(
+        dir.path(),
+        "fixed",
+        &["data.fixed_token={position=2, token=70}"],
+    );
+    let s = train::train(&exp, &quiet(), &mut |_| {}).unwrap();
+    let with = common::series(&s.run_dir, "val/loss");
+    let without = common::series(&s.run_dir, "val/loss_unchanged");
+    assert_eq!(with.len(), without.len());
+    assert_eq!(with.len(), 3, "val at steps 0, 4, 8");
+    for ((s1, a), (s2, b)) in with.iter().zip(&without) {
+        assert_eq!(s1, s2);
+        assert!((a - b).abs() > 1e-4, "step {s1}: {a} vs {b}");
+    }
+    let run = s.run_dir.display().to_string();
+    let (ok, text) = sinklab(&["eval", &run]);
+    assert!(ok && text.contains("on the unchanged text"), "{text}");
+    let out = dir.path().join("fixed_analysis");
+    let o = out.display().to_string();
+    let (ok, text) = sinklab(&[
+        "analyze",
+        &run,
+        "--sequences",
+        "4",
+        "--len",
+        "16",
+        "--out",
+        &o,
+    ]);
+    assert!(ok && text.contains("as trained"), "{text}");
+    let a = read_json(&out.join("analysis.json"));
+    assert!(
+        a["kinds"]["as_trained"]["sink_rate"]["0.3"].is_array(),
+        "{a}"
+    );
+    // A plain run has no such kind.
+    let plain = common::tiny_experiment(dir.path(), "plain", &[]);
+    let s = train::train(&plain, &quiet(), &mut |_| {}).unwrap();
+    assert!(common::series(&s.run_dir, "val/loss_unchanged").is_empty());
+}

@@ -1,0 +1,169 @@
+//! The command line as a user meets it: help text, `check` on good and bad files, clear errors
+//! for unsupported devices, and every shipped experiment file validating.
+
+use std::path::Path;
+use std::process::Command;
+
+fn sinklab(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_sinklab"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into(),
+        String::from_utf8_lossy(&out.stderr).into(),
+    )
+}
+
+fn experiment_files(dir: &Path, out: &mut Vec<String>) {
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        // experiments/sweeps holds sweep files (tests/sweep.rs expands them) beside their bases
+        let sweep_file = p
+            .parent()
+            .and_then(|d| d.parent())
+            .is_some_and(|d| d.ends_with("sweeps"))
+            && !p.ends_with("base.toml");
+        if p.is_dir() {
+            experiment_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "toml") && !sweep_file {
+            out.push(p.display().to_string());
+        }
+    }
+}
+
+#[test]
+fn every_shipped_experiment_checks() {
+    let mut files = Vec::new();
+    experiment_files(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments"),
+        &mut files,
+    );
+    assert!(files.len() >= 3, "{files:?}");
+    let args: Vec<&str> = std::iter::once("check")
+        .chain(files.iter().map(String::as_str))
+        .collect();
+    let (code, out, err) = sinklab(&args);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("ok: ")).count(),
+        files.len()
+    );
+}
+
+#[test]
+fn check_reports_every_error_with_file_path_and_valid_values() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(
+        &bad,
+        "base = \"../../experiments/quickstart.toml\"\n[model]\nn_head = 4\nd_model = 130\n[optim]\ndecay = \"some\"\nlr = \"fast\"\n[metrics]\neps = [0.3, 1.5]\n",
+    )
+    .unwrap();
+    // The base path is relative to the file, so point it at the real quickstart.
+    let quick = Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments/quickstart.toml");
+    let text = std::fs::read_to_string(&bad)
+        .unwrap()
+        .replace("../../experiments/quickstart.toml", quick.to_str().unwrap());
+    std::fs::write(&bad, text).unwrap();
+    let (code, _, err) = sinklab(&["check", bad.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    for want in [
+        "`model.n_head`: unknown key",
+        "`optim.decay`: unknown choice `some`, expected `all` or `matrices_only`",
+        "`optim.lr`: wrong type: string \"fast\", expected a number",
+        "bad.toml",
+    ] {
+        assert!(err.contains(want), "missing {want:?} in:\n{err}");
+    }
+    // Semantic errors are reported once the structure is valid.
+    std::fs::write(
+        &bad,
+        format!(
+            "base = {:?}\n[model]\nd_model = 130\n[metrics]\neps = [0.3, 1.5]\nprobe_len = 200\n",
+            quick.to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let (code, _, err) = sinklab(&[
+        "check",
+        bad.to_str().unwrap(),
+        "--set",
+        "train.micro_batch=5",
+    ]);
+    assert_eq!(code, 1);
+    for want in [
+        "`model.n_heads`",
+        "`metrics.eps.1`",
+        "`metrics.probe_len`",
+        "`train.batch_tokens`",
+    ] {
+        assert!(err.contains(want), "missing {want:?} in:\n{err}");
+    }
+}
+
+#[test]
+fn unsupported_device_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = format!("run.out_dir=\"{}\"", dir.path().display());
+    let (code, _, err) = sinklab(&[
+        "train",
+        "experiments/ci/wgpu_smoke.toml",
+        "--device",
+        "cuda",
+        "--set",
+        &out,
+        "--quiet",
+    ]);
+    if cfg!(feature = "cuda") {
+        return; // a CUDA build would try the GPU instead
+    }
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("without the `cuda` cargo feature"), "{err}");
+    assert!(err.contains("--features cuda"), "{err}");
+    let (code, _, err) = sinklab(&["train", "experiments/ci/wgpu_smoke.toml", "--device", "tpu"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("valid: flex, wgpu, cuda"), "{err}");
+}
+
+#[test]
+fn help_names_every_command() {
+    let (code, out, _) = sinklab(&["--help"]);
+    assert_eq!(code, 0);
+    // The first word of every line of the "Commands:" section, exactly.
+    let listed: Vec<&str> = out
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            "train",
+            "check",
+            "eval",
+            "analyze",
+            "dark",
+            "generate",
+            "stream-eval",
+            "sweep",
+            "report",
+            "init-check",
+            "bench",
+            "help"
+        ],
+        "{out}"
+    );
+    let (code, out, _) = sinklab(&["train", "--help"]);
+    assert_eq!(code, 0);
+    for flag in ["--resume", "--set", "--device", "--stop-after", "--quiet"] {
+        assert!(
+            out.lines().any(|l| l.trim_start().starts_with(flag)),
+            "{flag} in {out}"
+        );
+    }
+}

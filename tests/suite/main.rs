@@ -1,0 +1,19 @@
+//! sinklab's integration tests, one binary (one link of Burn instead of one per file). Each
+//! module is one area; `common` holds the shared helpers.
+
+mod common;
+
+mod analysis;
+mod cli;
+mod decoding;
+mod layout;
+mod metrics_golden;
+mod model_golden;
+mod skipless;
+mod sweep;
+mod tensorboard_roundtrip;
+mod tokenizer_python;
+mod train_e2e;
+mod zoo_golden;
+mod zoo_identities;
+mod zoo_train;

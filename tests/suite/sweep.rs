@@ -1,0 +1,439 @@
+//! Sweeps (`sinklab sweep`, `sinklab report`): expansion (grid, zip, seeds, `base` axis,
+//! `[set]`), stable readable names, clear errors, failure isolation, skipping finished runs,
+//! resuming an interrupted run to the same numbers, Ctrl-C, SLURM array scripts, the report.
+
+use crate::common;
+
+use sinklab::sweep::{self, value_label};
+use std::path::Path;
+use std::process::Command;
+
+fn sinklab(args: &[&str], cwd: &Path) -> (i32, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_sinklab"))
+        .args(args)
+        .current_dir(cwd)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// A tiny base experiment and a sweep file over it; returns the sweep file.
+fn sweep_file(dir: &Path, name: &str, body: &str) -> std::path::PathBuf {
+    common::tiny_experiment(dir, "tinybase", &[]);
+    let text = format!(
+        "base = \"tinybase.toml\"\nname = \"{name}\"\nout_dir = \"{}\"\n{body}",
+        dir.join("sweeps").display()
+    );
+    let p = dir.join(format!("{name}.toml"));
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+#[test]
+fn grid_zip_seeds_and_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = sweep_file(
+        dir.path(),
+        "grid",
+        "seeds = [0, 7]\n[set]\noptim = { weight_decay = 0.2 }\n[axes]\n\"optim.lr\" = [1e-3, 3e-3]\n\
+         model.positions = [{ kind = \"nope\" }, { kind = \"alibi\" }, { kind = \"rope\", base = 500.0 }]\n",
+    );
+    let (plan, exps) = sweep::expand(&f).unwrap();
+    assert_eq!(plan.runs.len(), 2 * 3 * 2);
+    let names: Vec<&str> = plan.runs.iter().map(|r| r.name.as_str()).collect();
+    // axes in path order (model.positions before optim.lr), the last axis varying fastest
+    assert_eq!(names[0], "positions-nope_lr-0.001_seed0");
+    assert_eq!(names[1], "positions-nope_lr-0.001_seed7");
+    assert_eq!(names[3], "positions-nope_lr-0.003_seed7");
+    assert_eq!(names[9], "positions-rope-base500.0_lr-0.001_seed7");
+    assert_eq!(names[11], "positions-rope-base500.0_lr-0.003_seed7");
+    // every run carries its values, the [set] delta, its seed and lives in the sweep directory
+    assert_eq!(exps[9].run.seed, 7);
+    assert!((exps[9].optim.lr - 1e-3).abs() < 1e-15);
+    assert!((exps[11].optim.weight_decay - 0.2).abs() < 1e-15);
+    assert_eq!(exps[5].run_dir(), plan.dir.join(&plan.runs[5].name));
+    assert_eq!(plan.dir, dir.path().join("sweeps").join("grid"));
+    // expansion is deterministic
+    let (again, _) = sweep::expand(&f).unwrap();
+    assert_eq!(again.runs, plan.runs);
+
+    let z = sweep_file(
+        dir.path(),
+        "zipped",
+        "combine = \"zip\"\n[labels]\n\"train.steps\" = \"n\"\n[axes]\n\"optim.lr\" = [1e-3, 2e-3]\n\"train.steps\" = [8, 4]\n",
+    );
+    let (plan, exps) = sweep::expand(&z).unwrap();
+    let names: Vec<&str> = plan.runs.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(names, ["lr-0.001_n-8_seed0", "lr-0.002_n-4_seed0"]);
+    assert_eq!(exps[1].train.steps, 4);
+
+    assert_eq!(value_label(&toml::Value::Array(vec![])), "none");
+    let v: toml::Table = toml::from_str("v = [1, 2]").unwrap();
+    assert_eq!(value_label(&v["v"]), "1x2");
+}
+
+#[test]
+fn every_shipped_sweep_expands_into_valid_runs() {
+    // Both sizes ship the same matrix; every run of every sweep builds a valid experiment.
+    let mut stems = Vec::new();
+    for size in ["cpu", "gu60m"] {
+        let mut here = Vec::new();
+        for f in common::experiment_files(&format!("experiments/sweeps/{size}")) {
+            let stem = f.file_stem().unwrap().to_string_lossy().into_owned();
+            if stem == "base" {
+                continue;
+            }
+            let (plan, exps) =
+                sweep::expand(&f).unwrap_or_else(|e| panic!("{}: {e:#}", f.display()));
+            assert_eq!(plan.name, format!("{size}_{stem}"), "{}", f.display());
+            assert!(plan.runs.len() >= 2, "{}", f.display());
+            assert_eq!(exps.len(), plan.runs.len());
+            assert!(
+                plan.runs.iter().all(|r| r.name.len() <= 100),
+                "{}",
+                f.display()
+            );
+            here.push(stem);
+        }
+        stems.push(here);
+    }
+    assert_eq!(stems[0], stems[1], "cpu and gu60m ship different sweeps");
+    for needed in [
+        "lr",
+        "weight_decay",
+        "data_fixed_token",
+        "data_mixture",
+        "sas",
+        "slots",
+    ] {
+        assert!(
+            stems[0].iter().any(|s| s == needed),
+            "missing sweep {needed}"
+        );
+    }
+}
+
+/// The shipped sweeps follow the papers: Gu et al.'s sigmoid attention has no bias (the −ln T
+/// variant of Ramapuram et al. is its own, labelled row), and the 60M LR sweep has the paper's
+/// 20k-step points for every LR plus the two step-compensated ones.
+#[test]
+fn shipped_sweeps_match_the_papers_settings() {
+    use sinklab::config::{NormaliserConfig, SigmoidBias};
+    for size in ["cpu", "gu60m"] {
+        let f = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join(format!("experiments/sweeps/{size}/attention_ops.toml"));
+        let (plan, exps) = sweep::expand(&f).unwrap();
+        let sigmoid: Vec<(&str, f64)> = plan
+            .runs
+            .iter()
+            .zip(&exps)
+            .filter(|(r, _)| r.seed == 0)
+            .filter_map(|(r, e)| match &e.model.attention.normaliser {
+                NormaliserConfig::Sigmoid { bias } => {
+                    Some((r.name.as_str(), bias.resolve(e.model.ctx).unwrap()))
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(sigmoid.len(), 2, "{size}: {sigmoid:?}");
+        assert_eq!(sigmoid[0], ("attn-sigmoid_seed0", 0.0), "{size}");
+        assert!(sigmoid[1].0.contains("ln"), "{size}: {sigmoid:?}");
+        let ctx = exps[0].model.ctx as f64;
+        assert!((sigmoid[1].1 + ctx.ln()).abs() < 1e-12, "{size}");
+        assert!(exps.iter().all(|e| match &e.model.attention.normaliser {
+            NormaliserConfig::Sigmoid { bias } => {
+                *bias == SigmoidBias::Value(0.0) || *bias == SigmoidBias::Named("-ln(T)".into())
+            }
+            _ => true,
+        }));
+    }
+    let f = Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments/sweeps/gu60m/lr.toml");
+    let (_, exps) = sweep::expand(&f).unwrap();
+    let points: Vec<(f64, u64)> = exps.iter().map(|e| (e.optim.lr, e.train.steps)).collect();
+    for lr in [8e-4, 4e-4, 2e-4, 1e-4] {
+        assert!(
+            points.contains(&(lr, 20000)),
+            "{lr} at 20k steps: {points:?}"
+        );
+    }
+    assert!(points.contains(&(2e-4, 40000)) && points.contains(&(1e-4, 80000)));
+    // Gu et al.'s W_down init, 1/sqrt(d_ff)/n_layers.
+    let e = &exps[0];
+    let want = 1.0 / (e.model.d_ff as f64).sqrt() / e.model.n_layers as f64;
+    assert!((e.model.w_down_init_std.unwrap() - want).abs() < 1e-6);
+}
+
+#[test]
+fn long_setting_names_are_cut_with_a_stable_hash() {
+    // Two tables with many keys: their full names share the first 64 characters. Expected names
+    // from FNV-1a 64 (top 48 bits) computed in Python.
+    let dir = tempfile::tempdir().unwrap();
+    let keys = |d: f64| {
+        format!(
+            "{{ aaaaaaaaaaaaaaaaaaaa = 1.0, bbbbbbbbbbbbbbbbbbbb = 1.0, cccccccccccccccccccc = 1.0, dddddddddddddddddddd = {d:.1} }}"
+        )
+    };
+    let f = sweep_file(
+        dir.path(),
+        "long",
+        &format!(
+            "[labels]\n\"data.mixture\" = \"mix\"\n[axes]\n\"data.mixture\" = [{}, {}]\n",
+            keys(1.0),
+            keys(2.0)
+        ),
+    );
+    let (plan, _) = sweep::expand(&f).unwrap();
+    let names: Vec<&str> = plan.runs.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "mix-aaaaaaaaaaaaaaaaaaaa1.0-bbbbbbbbbbbbbbbbbbbb1.0-cccccccccccc-30ce06239055_seed0",
+            "mix-aaaaaaaaaaaaaaaaaaaa1.0-bbbbbbbbbbbbbbbbbbbb1.0-cccccccccccc-3882b123946c_seed0",
+        ]
+    );
+}
+
+#[test]
+fn bad_sweeps_fail_before_running_with_the_file_and_what_is_valid() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        (
+            "zip_len",
+            "combine = \"zip\"\n[axes]\n\"optim.lr\" = [1e-3, 2e-3]\n\"train.steps\" = [8]\n",
+            "equal length",
+        ),
+        (
+            "scalar",
+            "[axes]\n\"optim.lr\" = 1e-3\n",
+            "expected an array",
+        ),
+        (
+            "unknown",
+            "axis = 3\n[axes]\n\"optim.lr\" = [1e-3]\n",
+            "valid keys",
+        ),
+        (
+            "badvalue",
+            "[axes]\n\"optim.lr\" = [1e-3, -1.0]\n",
+            "optim.lr",
+        ),
+        ("nokey", "[axes]\n\"optim.lrr\" = [1e-3]\n", "optim.lrr"),
+        (
+            "combine",
+            "combine = \"cartesian\"\n[axes]\n\"optim.lr\" = [1e-3]\n",
+            "combine",
+        ),
+        (
+            "label",
+            "[labels]\nx = \"y\"\n[axes]\n\"optim.lr\" = [1e-3]\n",
+            "labels.x",
+        ),
+    ];
+    for (name, body, needle) in cases {
+        let f = sweep_file(dir.path(), name, body);
+        let err = format!("{:#}", sweep::expand(&f).unwrap_err());
+        assert!(err.contains(needle), "{name}: {err}");
+        assert!(
+            err.contains(&format!("{name}.toml")),
+            "{name}: names the file: {err}"
+        );
+    }
+}
+
+fn final_val_loss(run_dir: &Path) -> f64 {
+    common::series(run_dir, "val/loss").last().unwrap().1
+}
+
+#[test]
+fn failures_are_isolated_finished_runs_skipped_and_interrupted_runs_resume_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = sweep_file(
+        dir.path(),
+        "iso",
+        "seeds = [0, 1]\n[axes]\n\"optim.lr\" = [3e-3, 1e12]\n",
+    );
+    let (plan, _) = sweep::expand(&f).unwrap();
+    // One run is interrupted by hand before the sweep starts: checkpoint at step 4 of 8.
+    let (code, out) = sinklab(&["sweep", f.to_str().unwrap(), "--dry-run"], dir.path());
+    assert_eq!(code, 0, "{out}");
+    let plan_file = plan.dir.join("plans").join("lr-0.003_seed1.toml");
+    let (code, out) = sinklab(
+        &[
+            "train",
+            plan_file.to_str().unwrap(),
+            "--stop-after",
+            "4",
+            "--quiet",
+        ],
+        dir.path(),
+    );
+    assert_eq!(code, 0, "{out}");
+    let (code, out) = sinklab(&["sweep", f.to_str().unwrap(), "--jobs", "2"], dir.path());
+    assert_eq!(code, 1, "a failed run makes the sweep exit 1: {out}");
+    assert!(
+        out.contains("2 done, 0 skipped") && out.contains("2 failed"),
+        "{out}"
+    );
+    assert!(out.contains("non-finite"), "the failure says why: {out}");
+    for seed in [0, 1] {
+        let s = sweep::read_status(&plan.dir, &format!("lr-1000000000000.0_seed{seed}")).unwrap();
+        assert_eq!(s.state, "failed");
+        assert!(s.error.unwrap().contains("non-finite"));
+        let s = sweep::read_status(&plan.dir, &format!("lr-0.003_seed{seed}")).unwrap();
+        assert_eq!(s.state, "done");
+    }
+    let log = std::fs::read_to_string(plan.dir.join("logs/lr-0.003_seed1.log")).unwrap();
+    assert!(log.contains("resum"), "the interrupted run resumed: {log}");
+    // The resumed run ends exactly where an uninterrupted one does.
+    let g = sweep_file(
+        dir.path(),
+        "fresh",
+        "seeds = [1]\n[axes]\n\"optim.lr\" = [3e-3]\n",
+    );
+    let (code, out) = sinklab(&["sweep", g.to_str().unwrap()], dir.path());
+    assert_eq!(code, 0, "{out}");
+    let fresh = final_val_loss(&dir.path().join("sweeps/fresh/lr-0.003_seed1"));
+    let resumed = final_val_loss(&plan.dir.join("lr-0.003_seed1"));
+    assert_eq!(fresh, resumed);
+    // Running again skips what finished and retries what failed.
+    let (code, out) = sinklab(&["sweep", f.to_str().unwrap(), "--jobs", "2"], dir.path());
+    assert_eq!(code, 1);
+    assert!(
+        out.contains("0 done, 2 skipped") && out.contains("2 failed"),
+        "{out}"
+    );
+    // The report covers every setting and lists the failures.
+    let (code, md) = sinklab(
+        &["report", plan.dir.to_str().unwrap(), "--eps", "0.2"],
+        dir.path(),
+    );
+    assert_eq!(code, 0, "{md}");
+    assert!(md.contains("| 0.003 | 2/2 |"), "{md}");
+    assert!(md.contains("| 1000000000000.0 | 0/2 |"), "{md}");
+    assert!(md.contains("Runs that did not finish"), "{md}");
+    let csv = std::fs::read_to_string(plan.dir.join("report.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 3, "{csv}");
+    assert!(csv.starts_with("lr,seeds_done,seeds,sink1_mean"), "{csv}");
+    for png in ["sink1_vs_lr.png", "emergence.png"] {
+        let b = std::fs::read(plan.dir.join(png)).unwrap();
+        assert!(b.starts_with(b"\x89PNG"), "{png}");
+    }
+}
+
+#[test]
+fn slurm_array_script_and_single_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = sweep_file(
+        dir.path(),
+        "arr",
+        "seeds = [0, 1, 2]\n[axes]\n\"optim.lr\" = [3e-3]\n",
+    );
+    let (code, out) = sinklab(
+        &["sweep", f.to_str().unwrap(), "--emit", "slurm"],
+        dir.path(),
+    );
+    assert_eq!(code, 0, "{out}");
+    let script = std::fs::read_to_string(dir.path().join("sweeps/arr/slurm.sh")).unwrap();
+    assert!(script.contains("#SBATCH --array=0-2"), "{script}");
+    assert!(
+        script.contains("--index \"$SLURM_ARRAY_TASK_ID\""),
+        "{script}"
+    );
+    assert!(
+        !script.contains("--gres"),
+        "CPU runs ask for no GPU: {script}"
+    );
+    let syntax = Command::new("bash")
+        .args([
+            "-n",
+            dir.path().join("sweeps/arr/slurm.sh").to_str().unwrap(),
+        ])
+        .status()
+        .unwrap();
+    assert!(syntax.success(), "the script parses: {script}");
+    // GPU sweeps request one GPU per task (the shipped 60M sweeps run on cuda).
+    let gu = Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments/sweeps/gu60m/lr.toml");
+    let (gplan, gexps) = sweep::expand(&gu).unwrap();
+    let gscript = sweep::slurm_script(
+        &gplan,
+        &gexps,
+        Path::new("/opt/sinklab"),
+        Path::new("/src"),
+        Some(Path::new("/scratch/sweeps")),
+    );
+    assert!(gscript.contains("#SBATCH --gres=gpu:1\n"), "{gscript}");
+    assert!(
+        gscript.contains("--out-dir /scratch/sweeps --index"),
+        "{gscript}"
+    );
+    assert!(gscript.contains(&format!("#SBATCH --array=0-{}", gplan.runs.len() - 1)));
+    let (code, out) = sinklab(&["sweep", f.to_str().unwrap(), "--index", "1"], dir.path());
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("1 done"), "{out}");
+    let plan = sweep::read_plan(&dir.path().join("sweeps/arr")).unwrap();
+    let states: Vec<Option<String>> = plan
+        .runs
+        .iter()
+        .map(|r| sweep::read_status(&plan.dir, &r.name).map(|s| s.state))
+        .collect();
+    assert_eq!(states, [None, Some("done".into()), None]);
+    let (code, out) = sinklab(&["sweep", f.to_str().unwrap(), "--index", "3"], dir.path());
+    assert_eq!(code, 1);
+    assert!(out.contains("--index 3"), "{out}");
+}
+
+#[test]
+fn sigint_checkpoints_every_running_run_and_stops_the_sweep() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = sweep_file(
+        dir.path(),
+        "sig",
+        "seeds = [0, 1]\n[set]\ntrain = { steps = 3000, checkpoint_every = 1000, eval_every = 1000 }\nmetrics = { every = 1000 }\n[axes]\n\"optim.lr\" = [3e-3]\n",
+    );
+    let child = Command::new(env!("CARGO_BIN_EXE_sinklab"))
+        .args(["sweep", f.to_str().unwrap(), "--jobs", "2"])
+        .current_dir(dir.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let plan_dir = dir.path().join("sweeps/sig");
+    // Wait until both runs have started training, then interrupt the sweep.
+    let started = |name: &str| {
+        std::fs::read_to_string(plan_dir.join(format!("logs/{name}.log")))
+            .is_ok_and(|l| l.contains("step "))
+    };
+    let t0 = std::time::Instant::now();
+    while !(started("lr-0.003_seed0") && started("lr-0.003_seed1")) {
+        assert!(t0.elapsed().as_secs() < 120, "runs did not start");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    unsafe {
+        libc::kill(child.id() as libc::pid_t, libc::SIGINT);
+    }
+    let out = child.wait_with_output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(130), "{text}");
+    assert!(text.contains("2 interrupted"), "{text}");
+    for seed in [0, 1] {
+        let name = format!("lr-0.003_seed{seed}");
+        assert_eq!(
+            sweep::read_status(&plan_dir, &name).unwrap().state,
+            "interrupted"
+        );
+        let ckpts = sinklab::checkpoint::list_checkpoints(&plan_dir.join(&name));
+        let (step, _) = ckpts.last().expect("checkpointed on interrupt");
+        assert!(*step < 3000, "stopped early at {step}");
+    }
+}

@@ -1,0 +1,121 @@
+//! Every model-zoo variant against the independent NumPy reference
+//! (`~/.cache/sinklab-venv/bin/python scripts/reference.py` → tests/fixtures/zoo_golden.json):
+//! logits, loss, the probe path's attention weights (slot columns included) and the gradient of
+//! every trainable parameter (central finite differences of the float64 reference).
+
+use burn::tensor::{Device, Int, Tensor, TensorData};
+use serde_json::Value;
+use sinklab::checkpoint::HostTensor;
+use sinklab::config;
+use sinklab::model::{Lm, masked_nll};
+use sinklab::optim::{self, GradAccumulator};
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::common;
+use common::fixture::{assert_close as check, float_rows, floats, host, int_rows as ints, shape};
+
+fn golden() -> Value {
+    common::golden("zoo_golden.json")
+}
+
+fn model(case: &Value, dev: &Device) -> (Lm, sinklab::config::Experiment) {
+    let name = case["name"].as_str().unwrap();
+    let toml = case["model_toml"].as_str().unwrap();
+    // A complete experiment around the case's model: batch and probe sizes that validate.
+    let table: toml::Table = toml::from_str(toml).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let ctx = table["model"]["ctx"].as_integer().unwrap();
+    let text = format!(
+        "{toml}\n[train]\nbatch_tokens = {}\nmicro_batch = 1\n[metrics]\nprobe_len = {ctx}\nk_max = 2\n",
+        ctx
+    );
+    let exp = config::from_str(name, &text).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let vocab = case["vocab"].as_u64().unwrap() as usize;
+    let weights: BTreeMap<String, HostTensor> = case["weights"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.clone(), host(v)))
+        .collect();
+    let m = optim::import_params(Lm::new(&exp.model, vocab, 0, dev), &weights)
+        .unwrap_or_else(|e| panic!("{name}: the reference's parameter set differs: {e}"));
+    (m, exp)
+}
+
+#[test]
+fn every_variant_matches_the_numpy_reference() {
+    let g = golden();
+    let cases = g["cases"].as_array().unwrap();
+    assert!(cases.len() >= 40, "{} cases", cases.len());
+    let dev = sinklab::backend::device(sinklab::config::DeviceKind::Flex).unwrap();
+    let ad = dev.clone().autodiff();
+    for case in cases {
+        let name = case["name"].as_str().unwrap();
+        let (tok, tshape) = ints(&case["tokens"]);
+        let (tgt, _) = ints(&case["targets"]);
+        let mask = float_rows(&case["mask"]);
+        let denom: f64 = mask.iter().map(|&x| x as f64).sum();
+
+        // Forward, loss and gradients on the autodiff device.
+        let (m, _) = model(case, &ad);
+        let x = Tensor::<2, Int>::from_data(TensorData::new(tok.clone(), tshape), &ad);
+        let y = Tensor::<2, Int>::from_data(TensorData::new(tgt, tshape), &ad);
+        let mk = Tensor::<2>::from_data(TensorData::new(mask, tshape), &ad);
+        let logits = m.forward(x);
+        let got = logits.clone().into_data().try_to_vec::<f32>().unwrap();
+        check(
+            &got,
+            &floats(&case["logits"]),
+            1e-4,
+            1e-4,
+            &format!("{name}: logits"),
+        );
+        let loss = masked_nll(logits, y, mk, denom);
+        let l = loss.clone().into_scalar::<f32>() as f64;
+        let want = case["loss"].as_f64().unwrap();
+        assert!(
+            (l - want).abs() <= 1e-5 * want.abs() + 1e-6,
+            "{name}: loss {l} vs {want}"
+        );
+        let mut acc = GradAccumulator::default();
+        acc.add(&m, &loss.backward());
+        let trainable: BTreeSet<String> = case["trainable"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_str().unwrap().to_string())
+            .collect();
+        let ours: BTreeSet<String> = acc.grads.keys().cloned().collect();
+        assert_eq!(ours, trainable, "{name}: parameters with gradients");
+        for (k, gt) in &acc.grads {
+            let want = floats(&case["grads"][k]);
+            let scale = want.iter().fold(0f64, |m, x| m.max(x.abs()));
+            let got = gt.to_data().try_to_vec::<f32>().unwrap();
+            check(
+                &got,
+                &want,
+                2e-3,
+                1e-3 * scale + 1e-6,
+                &format!("{name}: d loss / d {k}"),
+            );
+        }
+
+        // The probe path's attention weights of one layer, slot columns included.
+        let (m, _) = model(case, &dev);
+        let x = Tensor::<2, Int>::from_data(TensorData::new(tok, tshape), &dev);
+        let (_, layers) = m.forward_probe(x);
+        let layer = case["probe"]["layer"].as_u64().unwrap() as usize;
+        let a = layers[layer].attn.clone().unwrap();
+        assert_eq!(
+            a.dims().to_vec(),
+            shape(&case["probe"]["attn"]),
+            "{name}: probe shape"
+        );
+        check(
+            &a.into_data().try_to_vec::<f32>().unwrap(),
+            &floats(&case["probe"]["attn"]),
+            1e-4,
+            1e-5,
+            &format!("{name}: probe attention"),
+        );
+    }
+}

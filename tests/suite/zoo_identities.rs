@@ -1,0 +1,453 @@
+//! Identities of the model zoo (STYLE habit 8): at special parameter values a variant equals the
+//! baseline or a simpler variant; masked attention entries are exactly 0 for every normaliser;
+//! gradients reach every trainable parameter and are finite; and a finite-difference check of
+//! each custom normaliser's backward pass.
+
+use crate::common;
+use burn::tensor::{Device, Int, Tensor, TensorData};
+use rand::{Rng, SeedableRng};
+use sinklab::checkpoint::HostTensor;
+use sinklab::config::{self, Experiment};
+use sinklab::model::{Lm, masked_nll};
+use sinklab::optim::{self, GradAccumulator};
+use std::collections::BTreeMap;
+
+const VOCAB: usize = 29;
+
+/// An experiment whose `[model]` is the tiny base below with `model` (TOML lines of `[model]`)
+/// and `attention` (lines of `[model.attention]`) merged over it.
+fn exp(model: &str, attention: &str) -> Experiment {
+    let base = "[model]\nd_model = 16\nn_layers = 2\nn_heads = 2\nd_ff = 24\nctx = 7\n\
+                [train]\nbatch_tokens = 112\nmicro_batch = 16\n\
+                [metrics]\nprobe_len = 7\nk_max = 3\n";
+    let mut table: toml::Table = toml::from_str(base).unwrap();
+    let delta = format!("[model]\n{model}\n[model.attention]\n{attention}\n");
+    let delta: toml::Table = toml::from_str(&delta).unwrap_or_else(|e| panic!("{e}\n{delta}"));
+    config::deep_merge(&mut table, delta);
+    let text = toml::to_string(&table).unwrap();
+    config::from_str("identity.toml", &text).unwrap_or_else(|e| panic!("{e}\n{text}"))
+}
+
+fn build(e: &Experiment, dev: &Device) -> Lm {
+    Lm::new(&e.model, VOCAB, 11, dev)
+}
+
+fn tokens(dev: &Device, seed: u64) -> Tensor<2, Int> {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let data: Vec<i64> = (0..2 * 7).map(|_| rng.gen_range(0..VOCAB as i64)).collect();
+    Tensor::from_data(TensorData::new(data, [2, 7]), dev)
+}
+
+fn logits(m: &Lm, dev: &Device) -> Vec<f32> {
+    m.forward(tokens(dev, 5))
+        .into_data()
+        .try_to_vec::<f32>()
+        .unwrap()
+}
+
+fn assert_same(a: &[f32], b: &[f32], tol: f32, what: &str) {
+    assert_eq!(a.len(), b.len(), "{what}");
+    let worst = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0f32, f32::max);
+    assert!(worst <= tol, "{what}: max |difference| {worst} > {tol}");
+    // and the check is not vacuous: logits vary
+    let spread = a.iter().fold(0f32, |m, x| m.max(x.abs()));
+    assert!(spread > 0.1, "{what}: logits are all near 0");
+}
+
+fn params(m: &Lm) -> BTreeMap<String, HostTensor> {
+    optim::export_params(m)
+}
+
+#[test]
+fn softmax_n_with_n_0_is_softmax() {
+    let dev = common::device();
+    let a = build(&exp("", "normaliser = { kind = \"softmax\" }"), &dev);
+    let b = build(
+        &exp("", "normaliser = { kind = \"softmax_n\", n = 0.0 }"),
+        &dev,
+    );
+    assert_same(&logits(&a, &dev), &logits(&b, &dev), 1e-5, "softmax_0");
+}
+
+#[test]
+fn off_by_one_equals_a_zero_sink_logit_and_a_zero_kv_bias() {
+    let dev = common::device();
+    let one = logits(
+        &build(
+            &exp("", "normaliser = { kind = \"softmax_n\", n = 1.0 }"),
+            &dev,
+        ),
+        &dev,
+    );
+    let z = logits(
+        &build(
+            &exp(
+                "",
+                "slot = { kind = \"sink_logit\", init = 0.0, trainable = false }",
+            ),
+            &dev,
+        ),
+        &dev,
+    );
+    let kv = logits(
+        &build(
+            &exp(
+                "",
+                "slot = { kind = \"k_bias\", value = { kind = \"zero\" }, trainable = false }",
+            ),
+            &dev,
+        ),
+        &dev,
+    );
+    assert_same(&one, &z, 1e-5, "softmax_1 vs sink logit 0");
+    assert_same(&one, &kv, 1e-5, "softmax_1 vs k* = v* = 0");
+    // and off-by-one really differs from softmax
+    let soft = logits(&build(&exp("", ""), &dev), &dev);
+    let diff = one
+        .iter()
+        .zip(&soft)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    assert!(diff > 1e-3, "softmax_1 equals softmax: {diff}");
+}
+
+#[test]
+fn a_zero_sink_token_acts_as_off_by_one_and_no_sink_tokens_is_the_baseline() {
+    let dev = common::device();
+    for positions in ["{ kind = \"nope\" }", "{ kind = \"rope\", base = 10000.0 }"] {
+        let base = exp(&format!("positions = {positions}"), "");
+        let none = exp(&format!("positions = {positions}\nsink_tokens = 0"), "");
+        assert_eq!(params(&build(&base, &dev)), params(&build(&none, &dev)));
+        // One sink token whose embedding is 0: its hidden state stays 0 in every layer (no
+        // biases), so every query sees an extra key with logit 0 and value 0: softmax_1.
+        let sink = exp(&format!("positions = {positions}\nsink_tokens = 1"), "");
+        let mut w = params(&build(&sink, &dev));
+        w.get_mut("sink_tokens").unwrap().data.fill(0.0);
+        let m = optim::import_params(build(&sink, &dev), &w).unwrap();
+        let one = exp(
+            &format!("positions = {positions}"),
+            "normaliser = { kind = \"softmax_n\", n = 1.0 }",
+        );
+        // RoPE rotates the real tokens by positions 1..T instead of 0..T−1: relative angles are
+        // unchanged, so the logits agree.
+        assert_same(
+            &logits(&m, &dev),
+            &logits(&build(&one, &dev), &dev),
+            2e-5,
+            &format!("zero sink token vs softmax_1 ({positions})"),
+        );
+    }
+}
+
+#[test]
+fn prefix_1_and_windows_of_at_least_t_are_causal() {
+    let dev = common::device();
+    let causal = logits(&build(&exp("", ""), &dev), &dev);
+    for mask in [
+        "{ kind = \"prefix\", p = 1 }",
+        "{ kind = \"sliding_window\", w = 7 }",
+        "{ kind = \"sliding_window\", w = 100 }",
+        "{ kind = \"sinks_window\", sinks = 2, w = 7 }",
+    ] {
+        let m = build(&exp("", &format!("mask = {mask}")), &dev);
+        assert_same(&causal, &logits(&m, &dev), 1e-6, mask);
+    }
+    // and a real window differs
+    let w = build(
+        &exp("", "mask = { kind = \"sliding_window\", w = 2 }"),
+        &dev,
+    );
+    let diff = causal
+        .iter()
+        .zip(&logits(&w, &dev))
+        .map(|(a, b)| (a - b).abs())
+        .fold(0f32, f32::max);
+    assert!(diff > 1e-3, "window 2 equals causal");
+}
+
+#[test]
+fn a_zero_gate_halves_the_output_and_unit_gains_are_the_plain_block() {
+    let dev = common::device();
+    for gate in ["headwise", "elementwise"] {
+        let g = exp("", &format!("gate = {{ kind = \"{gate}\" }}"));
+        let mut w = params(&build(&g, &dev));
+        for (k, v) in w.iter_mut() {
+            if k.contains(".gate.") {
+                v.data.fill(0.0); // σ(0) = 1/2
+            }
+        }
+        let gated = optim::import_params(build(&g, &dev), &w).unwrap();
+        let plain = exp("", "");
+        let mut pw = params(&build(&plain, &dev));
+        for (k, v) in pw.iter_mut() {
+            if k.ends_with("attn.wo.weight") {
+                v.data.iter_mut().for_each(|x| *x *= 0.5);
+            }
+        }
+        let halved = optim::import_params(build(&plain, &dev), &pw).unwrap();
+        assert_same(
+            &logits(&gated, &dev),
+            &logits(&halved, &dev),
+            1e-5,
+            &format!("{gate} gate at 0 vs W_O/2"),
+        );
+    }
+    let gains = "block = { kind = \"pre_norm\", gains = { alpha_sa = { trainable = true }, \
+                 beta_sa = { trainable = true }, alpha_ff = { trainable = true }, \
+                 beta_ff = { trainable = true } } }";
+    assert_same(
+        &logits(&build(&exp("", ""), &dev), &dev),
+        &logits(&build(&exp(gains, ""), &dev), &dev),
+        1e-6,
+        "trainable gains at 1",
+    );
+}
+
+/// Every variant the tests below sweep: (name, `[model]` lines, `[model.attention]` lines).
+fn variants() -> Vec<(&'static str, &'static str, &'static str)> {
+    vec![
+        ("softmax", "", ""),
+        (
+            "softmax_n",
+            "",
+            "normaliser = { kind = \"softmax_n\", n = 1.0 }",
+        ),
+        (
+            "sigmoid",
+            "",
+            "normaliser = { kind = \"sigmoid\", bias = \"-ln(T)\" }",
+        ),
+        (
+            "sigmoid_normalised",
+            "",
+            "normaliser = { kind = \"sigmoid_normalised\" }",
+        ),
+        ("elu1", "", "normaliser = { kind = \"elu1\" }"),
+        (
+            "elu1_normalised",
+            "",
+            "normaliser = { kind = \"elu1_normalised\" }",
+        ),
+        (
+            "linear_identity",
+            "",
+            "normaliser = { kind = \"linear\", feature_map = \"identity\", normaliser = \"max_abs_sum\" }",
+        ),
+        (
+            "linear_elu1",
+            "",
+            "normaliser = { kind = \"linear\", feature_map = \"elu1\", normaliser = \"none\" }",
+        ),
+        (
+            "linear_mlp",
+            "",
+            "normaliser = { kind = \"linear\", feature_map = \"mlp\", normaliser = \"max_abs_sum\" }",
+        ),
+        ("row_scale", "", "row_scale = 0.5"),
+        ("sink_logit", "", "slot = { kind = \"sink_logit\" }"),
+        ("kv_bias", "", "slot = { kind = \"kv_bias\" }"),
+        (
+            "k_bias",
+            "",
+            "slot = { kind = \"k_bias\", value = { kind = \"e1\", m = 2.0 }, learnable_dims = 3 }",
+        ),
+        ("v_bias", "", "slot = { kind = \"v_bias\", shared = true }"),
+        ("memory_kv", "", "slot = { kind = \"memory_kv\", n = 2 }"),
+        ("gate_headwise", "", "gate = { kind = \"headwise\" }"),
+        ("gate_elementwise", "", "gate = { kind = \"elementwise\" }"),
+        ("sink_tokens", "sink_tokens = 2", ""),
+        ("prefix", "", "mask = { kind = \"prefix\", p = 3 }"),
+        ("window", "", "mask = { kind = \"sliding_window\", w = 3 }"),
+        (
+            "sinks_window",
+            "",
+            "mask = { kind = \"sinks_window\", sinks = 1, w = 2 }",
+        ),
+        ("nope", "positions = { kind = \"nope\" }", ""),
+        ("sinusoidal", "positions = { kind = \"sinusoidal\" }", ""),
+        ("learned", "positions = { kind = \"learned\" }", ""),
+        ("alibi", "positions = { kind = \"alibi\" }", ""),
+        (
+            "rope_half",
+            "positions = { kind = \"rope\", base = 10000.0, fraction = 0.5 }",
+            "",
+        ),
+        (
+            "relative",
+            "positions = { kind = \"relative\", buckets = 8, max_distance = 16 }",
+            "",
+        ),
+        ("post_norm", "block = { kind = \"post_norm\" }", ""),
+        (
+            "parallel",
+            "block = { kind = \"parallel\", gains = { alpha = { init = 0.9, trainable = true }, beta_ff = { init = 1.1, trainable = true } } }",
+            "",
+        ),
+        (
+            "layer_norm",
+            "norm = { kind = \"layer_norm\", eps = 1e-5 }",
+            "",
+        ),
+        ("relu", "ffn = { kind = \"relu\" }", ""),
+        ("gelu", "ffn = { kind = \"gelu\" }", ""),
+        ("silu", "ffn = { kind = \"silu\" }", ""),
+        ("geglu", "ffn = { kind = \"geglu\" }", ""),
+        ("reglu", "ffn = { kind = \"reglu\" }", ""),
+        (
+            "gpt2",
+            "norm = { kind = \"layer_norm\", eps = 1e-5 }\npositions = { kind = \"learned\" }\nffn = { kind = \"gelu\" }\nbias = true\nhead = \"tied\"",
+            "",
+        ),
+    ]
+}
+
+#[test]
+fn masked_entries_are_exactly_zero_for_every_normaliser() {
+    let dev = common::device();
+    for (name, model, attention) in variants() {
+        let e = exp(model, attention);
+        let m = build(&e, &dev);
+        let (_, layers) = m.forward_probe(tokens(&dev, 2));
+        let mask = e.model.attention.mask;
+        for p in &layers {
+            let w = p.attn.clone().unwrap();
+            let [b, h, s, c] = w.dims();
+            let data = w.into_data().try_to_vec::<f32>().unwrap();
+            let n = p.sink_tokens;
+            for r in 0..b * h * s {
+                let qi = r % s;
+                for kj in 0..c - p.slot_cols {
+                    let visible = match (qi < n, kj < n) {
+                        (true, true) => kj <= qi,
+                        (true, false) => false,
+                        (false, true) => true,
+                        (false, false) => mask.allows(qi - n, kj - n),
+                    };
+                    let x = data[r * c + p.slot_cols + kj];
+                    if !visible {
+                        assert_eq!(x, 0.0, "{name}: query {qi} key {kj} is masked");
+                    }
+                    assert!(x.is_finite(), "{name}: non-finite weight");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn gradients_reach_every_trainable_parameter_and_are_finite() {
+    let dev = common::device().autodiff();
+    for (name, model, attention) in variants() {
+        let e = exp(model, attention);
+        let m = build(&e, &dev);
+        let x = tokens(&dev, 3);
+        let y = tokens(&dev, 4);
+        let mask = Tensor::<2>::ones([2, 7], &dev);
+        let loss = masked_nll(m.forward(x), y, mask, 14.0);
+        let mut acc = GradAccumulator::default();
+        acc.add(&m, &loss.backward());
+        let all = params(&m);
+        for k in all.keys() {
+            let constant = k.ends_with("v_star") && attention.contains("k_bias");
+            match acc.grads.get(k) {
+                Some(g) => {
+                    let g = g.to_data().try_to_vec::<f32>().unwrap();
+                    assert!(g.iter().all(|x| x.is_finite()), "{name}: {k} non-finite");
+                    let norm: f32 = g.iter().map(|x| x * x).sum::<f32>().sqrt();
+                    assert!(norm > 0.0, "{name}: {k} has a zero gradient");
+                    assert!(!constant, "{name}: constant {k} got a gradient");
+                }
+                None => assert!(constant, "{name}: {k} got no gradient"),
+            }
+        }
+    }
+}
+
+/// Central finite differences of the f32 forward against autodiff, on the parameters whose
+/// gradients are largest, for each custom normaliser and the sink slots.
+#[test]
+fn finite_differences_agree_with_autodiff_for_every_custom_normaliser() {
+    let dev = common::device();
+    let ad = dev.clone().autodiff();
+    let cases = [
+        (
+            "softmax_n",
+            "normaliser = { kind = \"softmax_n\", n = 1.0 }",
+        ),
+        (
+            "sigmoid",
+            "normaliser = { kind = \"sigmoid\", bias = -1.0 }",
+        ),
+        (
+            "sigmoid_normalised",
+            "normaliser = { kind = \"sigmoid_normalised\" }",
+        ),
+        ("elu1", "normaliser = { kind = \"elu1\" }"),
+        (
+            "elu1_normalised",
+            "normaliser = { kind = \"elu1_normalised\" }",
+        ),
+        (
+            "linear_identity",
+            "normaliser = { kind = \"linear\", feature_map = \"identity\", normaliser = \"max_abs_sum\" }",
+        ),
+        (
+            "linear_elu1",
+            "normaliser = { kind = \"linear\", feature_map = \"elu1\", normaliser = \"none\" }",
+        ),
+        (
+            "linear_mlp",
+            "normaliser = { kind = \"linear\", feature_map = \"mlp\", normaliser = \"max_abs_sum\" }",
+        ),
+        ("sink_logit", "slot = { kind = \"sink_logit\", init = 0.5 }"),
+        ("kv_bias", "slot = { kind = \"kv_bias\", init_std = 0.5 }"),
+    ];
+    for (name, attention) in cases {
+        let e = exp("d_model = 8\nd_ff = 12", attention);
+        let x = tokens(&dev, 8);
+        let y = tokens(&dev, 9);
+        let loss_of = |w: &BTreeMap<String, HostTensor>| -> f64 {
+            let m = optim::import_params(build(&e, &dev), w).unwrap();
+            let mask = Tensor::<2>::ones([2, 7], &dev);
+            masked_nll(m.forward(x.clone()), y.clone(), mask, 14.0).into_scalar::<f32>() as f64
+        };
+        let m = build(&e, &ad);
+        let w0 = params(&m);
+        let xa = Tensor::<2, Int>::from_data(x.to_data(), &ad);
+        let ya = Tensor::<2, Int>::from_data(y.to_data(), &ad);
+        let loss = masked_nll(m.forward(xa), ya, Tensor::ones([2, 7], &ad), 14.0);
+        let mut acc = GradAccumulator::default();
+        acc.add(&m, &loss.backward());
+        // the 12 largest gradient entries over the attention parameters of layer 1
+        let mut entries: Vec<(String, usize, f64)> = Vec::new();
+        for (k, g) in &acc.grads {
+            if !k.starts_with("blocks.1.attn") {
+                continue;
+            }
+            for (i, v) in g.to_data().try_to_vec::<f32>().unwrap().iter().enumerate() {
+                entries.push((k.clone(), i, *v as f64));
+            }
+        }
+        entries.sort_by(|a, b| b.2.abs().partial_cmp(&a.2.abs()).unwrap());
+        assert!(entries.len() >= 12, "{name}");
+        // f32 forward: a step of 1e-3 keeps rounding error near 1e-4; the ReLU of the MLP
+        // kernel and the |·| and max(·, 1) of max_abs_sum are kinks, and a step that crosses one
+        // is off by a few percent (2e-3 did, for one entry of linear_mlp).
+        let h = 1e-3;
+        for (k, i, g) in entries.into_iter().take(12) {
+            let mut wp = w0.clone();
+            wp.get_mut(&k).unwrap().data[i] += h as f32;
+            let mut wm = w0.clone();
+            wm.get_mut(&k).unwrap().data[i] -= h as f32;
+            let fd = (loss_of(&wp) - loss_of(&wm)) / (2.0 * h);
+            assert!(
+                (fd - g).abs() <= 0.03 * g.abs() + 2e-4,
+                "{name}: d loss / d {k}[{i}]: autodiff {g}, finite differences {fd}"
+            );
+        }
+    }
+}
