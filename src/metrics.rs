@@ -196,6 +196,23 @@ pub fn sink_rates(per_layer_importance: &[Vec<Vec<Vec<f64>>>], eps: f64, k_max: 
         .collect()
 }
 
+/// `[layer][head]` Sink₁^ε in percent: the share of sequences in which the head's first-token
+/// importance α₁ exceeds ε. Averaged over layers and heads it is Sink₁^ε of [`sink_rates`].
+pub fn sink1_by_head(per_layer_importance: &[Vec<Vec<Vec<f64>>>], eps: f64) -> Vec<Vec<f64>> {
+    per_layer_importance
+        .iter()
+        .map(|layer| {
+            let h = layer.first().map_or(0, Vec::len);
+            (0..h)
+                .map(|hi| {
+                    let hits = layer.iter().filter(|seq| seq[hi][0] > eps).count();
+                    100.0 * hits as f64 / layer.len().max(1) as f64
+                })
+                .collect()
+        })
+        .collect()
+}
+
 /// Mean importance of the first token per head: `[h] = mean_b α[b][h][0]`.
 pub fn importance_first(imp: &[Vec<Vec<f64>>]) -> Vec<f64> {
     let b = imp.len();
@@ -329,6 +346,8 @@ pub struct SinkReport {
     pub sink_rate: BTreeMap<String, Vec<f64>>,
     /// [layer][head] mean importance of token 1.
     pub importance_first: Vec<Vec<f64>>,
+    /// ε → [layer][head] Sink₁^ε (percent of sequences where the head's α₁ > ε).
+    pub sink1_by_head: BTreeMap<String, Vec<Vec<f64>>>,
     pub entropy: Vec<f64>,
     pub hidden: Vec<HiddenStats>,
     /// [layer] (first, rest)
@@ -373,7 +392,12 @@ impl SinkReport {
                 })
                 .collect()
         };
+        let sink1_by_head = eps_grid
+            .iter()
+            .map(|&e| (eps_name(e), sink1_by_head(&imps, e)))
+            .collect();
         SinkReport {
+            sink1_by_head,
             slot_rate,
             slot_mass: layers
                 .iter()
@@ -531,8 +555,14 @@ mod tests {
         let rates = sink_rates(std::slice::from_ref(&imp), 0.3, 3);
         assert_eq!(rates, vec![100.0, 50.0, 50.0]);
         // strict >: α = 0.5 at k=1 is not above 0.5
-        let rates = sink_rates(&[imp], 0.5, 3);
+        let rates = sink_rates(std::slice::from_ref(&imp), 0.5, 3);
         assert_eq!(rates, vec![50.0, 0.0, 50.0]);
+        // by head: head 0 has α₁ = 1, head 1 has α₁ = 1/3
+        assert_eq!(
+            sink1_by_head(std::slice::from_ref(&imp), 0.3),
+            vec![vec![100.0, 100.0]]
+        );
+        assert_eq!(sink1_by_head(&[imp], 0.5), vec![vec![100.0, 0.0]]);
     }
 
     #[test]

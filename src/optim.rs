@@ -105,6 +105,32 @@ pub fn export_params<M: Module>(module: &M) -> BTreeMap<String, HostTensor> {
     export_params_where(module, &|_| true)
 }
 
+/// Every parameter's name and shape, without initializing lazy parameters.
+pub fn param_shapes<M: Module>(module: &M) -> BTreeMap<String, Vec<usize>> {
+    struct V {
+        path: PathStack,
+        out: BTreeMap<String, Vec<usize>>,
+    }
+    impl ModuleVisitor for V {
+        fn enter_module(&mut self, name: &str, container: &str) {
+            self.path.enter(name, container);
+        }
+        fn exit_module(&mut self, _: &str, _: &str) {
+            self.path.exit();
+        }
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+            self.out
+                .insert(self.path.name(), param.lazy_shape().to_vec());
+        }
+    }
+    let mut v = V {
+        path: PathStack::default(),
+        out: BTreeMap::new(),
+    };
+    module.visit(&mut v);
+    v.out
+}
+
 /// The parameters whose name passes `keep`, as host tensors (only those are copied).
 pub fn export_params_where<M: Module>(
     module: &M,
@@ -152,13 +178,22 @@ pub fn import_params<M: Module>(
     module: M,
     tensors: &BTreeMap<String, HostTensor>,
 ) -> Result<M, String> {
-    struct Mp<'a> {
+    import_params_owned(module, tensors.clone())
+}
+
+/// [`import_params`] consuming the tensors, each moved onto the device as its parameter is
+/// reached (a parameter never read before, as in [`crate::model::Lm::skeleton`], is replaced
+/// without being materialised first... beyond a zero tensor of its shape).
+pub fn import_params_owned<M: Module>(
+    module: M,
+    tensors: BTreeMap<String, HostTensor>,
+) -> Result<M, String> {
+    struct Mp {
         path: PathStack,
-        src: &'a BTreeMap<String, HostTensor>,
-        seen: Vec<String>,
+        src: BTreeMap<String, HostTensor>,
         errors: Vec<String>,
     }
-    impl ModuleMapper for Mp<'_> {
+    impl ModuleMapper for Mp {
         fn enter_module(&mut self, name: &str, container: &str) {
             self.path.enter(name, container);
         }
@@ -167,24 +202,23 @@ pub fn import_params<M: Module>(
         }
         fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
             let name = self.path.name();
-            let (id, tensor, mapper) = param.consume();
-            let Some(h) = self.src.get(&name) else {
+            let want = param.lazy_shape().to_vec();
+            let Some(h) = self.src.remove(&name) else {
                 self.errors.push(format!("missing tensor `{name}`"));
-                return Param::from_mapped_value(id, tensor, mapper);
+                return param;
             };
-            self.seen.push(name.clone());
-            if h.shape != tensor.dims().to_vec() {
+            if h.shape != want {
                 self.errors.push(format!(
-                    "tensor `{name}`: shape {:?} in file, model expects {:?}",
-                    h.shape,
-                    tensor.dims()
+                    "tensor `{name}`: shape {:?} in file, model expects {want:?}",
+                    h.shape
                 ));
-                return Param::from_mapped_value(id, tensor, mapper);
+                return param;
             }
+            let (id, tensor, mapper) = param.consume();
             let device = tensor.device();
             let grad = tensor.is_require_grad();
-            let mut new: Tensor<D> =
-                Tensor::from_data(TensorData::new(h.data.clone(), h.shape.clone()), &device);
+            drop(tensor);
+            let mut new: Tensor<D> = Tensor::from_data(TensorData::new(h.data, h.shape), &device);
             if grad {
                 new = new.require_grad();
             }
@@ -194,16 +228,13 @@ pub fn import_params<M: Module>(
     let mut m = Mp {
         path: PathStack::default(),
         src: tensors,
-        seen: vec![],
         errors: vec![],
     };
     let module = module.map(&mut m);
-    for k in tensors.keys() {
-        if !m.seen.contains(k) {
-            m.errors.push(format!(
-                "unexpected tensor `{k}` (not a parameter of this model)"
-            ));
-        }
+    for k in m.src.keys() {
+        m.errors.push(format!(
+            "unexpected tensor `{k}` (not a parameter of this model)"
+        ));
     }
     if m.errors.is_empty() {
         Ok(module)

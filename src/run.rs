@@ -49,7 +49,7 @@ pub fn read_state(ckpt: &Path) -> Result<CheckpointState> {
 /// shape).
 pub fn load_weights(model: Lm, ckpt: &Path) -> Result<Lm> {
     let weights = checkpoint::load_safetensors(&ckpt.join("model.safetensors"))?;
-    optim::import_params(model, &weights).map_err(|e| anyhow!("{}: {e}", ckpt.display()))
+    optim::import_params_owned(model, weights).map_err(|e| anyhow!("{}: {e}", ckpt.display()))
 }
 
 /// sha256 of the resolved config text: a checkpoint only resumes the run it belongs to.
@@ -91,10 +91,8 @@ pub fn load_checkpoint(
         .with_context(|| format!("reading {}", resolved.display()))?;
     let exp = config::from_str(&resolved.display().to_string(), &text)?;
     let state = read_state(&ckpt)?;
-    let model = load_weights(
-        Lm::new(&exp.model, state.vocab_size, exp.run.seed, device),
-        &ckpt,
-    )?;
+    // A skeleton (no random draws): every parameter comes from the checkpoint.
+    let model = load_weights(Lm::skeleton(&exp.model, state.vocab_size, device), &ckpt)?;
     Ok((exp, model, run_dir, state))
 }
 
@@ -133,6 +131,14 @@ pub fn open_run(
     if !d.cache_dir.is_absolute() && !d.cache_dir.exists() {
         d.cache_dir = run_dir.join("_cache");
     }
+    // A tokenizer file given relative to where the run was made: the run directory's copy
+    // serves when opened from elsewhere.
+    if let config::TokenizerConfig::File { path, .. } = &mut d.tokenizer
+        && !path.exists()
+        && run_dir.join("tokenizer.json").exists()
+    {
+        *path = run_dir.join("tokenizer.json");
+    }
     let data = data::Dataset::prepare(&d, log)?;
     Ok(OpenRun {
         exp,
@@ -149,6 +155,10 @@ pub fn open_run(
 /// the checkpoint to resume from, if any.
 pub struct Start {
     pub run_dir: PathBuf,
+    /// sha256 of the run's `resolved.toml` as it was before this start (when resuming): the
+    /// digest its checkpoints carry, even if today's sinklab writes the same configuration
+    /// with more (defaulted) keys.
+    pub previous_digest: Option<String>,
     /// (step, checkpoint directory) of the newest checkpoint when resuming.
     pub resume_from: Option<(u64, PathBuf)>,
     pub provenance: Provenance,
@@ -167,9 +177,13 @@ pub fn start(exp: &Experiment, resume: bool) -> Result<Start> {
     let run_dir = exp.run_dir();
     let resolved_path = run_dir.join("resolved.toml");
     let existing = checkpoint::list_checkpoints(&run_dir);
+    let mut previous_digest = None;
     let resume_from = if resume {
         if resolved_path.exists() {
             check_same_config(exp, &resolved_path)?;
+            use sha2::{Digest, Sha256};
+            let prev = std::fs::read(&resolved_path)?;
+            previous_digest = Some(data::hex(&Sha256::digest(&prev)));
         }
         existing.last().cloned()
     } else {
@@ -202,6 +216,7 @@ pub fn start(exp: &Experiment, resume: bool) -> Result<Start> {
     )?;
     Ok(Start {
         run_dir,
+        previous_digest,
         resume_from,
         provenance,
     })
@@ -235,16 +250,21 @@ fn check_same_config(exp: &Experiment, resolved_path: &Path) -> Result<()> {
 }
 
 /// Restore the model and optimizer of a run from its checkpoint `dir`, which must belong to
-/// `exp`'s configuration; returns the step it was taken at.
+/// `exp`'s configuration (its digest, or `previous_digest`: that of the run's `resolved.toml`
+/// as an earlier sinklab wrote it, already checked equal to `exp` by [`start`]); returns the
+/// step it was taken at.
 pub fn restore(
     exp: &Experiment,
+    previous_digest: Option<&str>,
     dir: &Path,
     model: Lm,
     adam: &mut AdamW,
     device: &Device,
 ) -> Result<(Lm, u64)> {
     let state = read_state(dir)?;
-    if state.config_digest != config_digest(exp) {
+    if state.config_digest != config_digest(exp)
+        && Some(state.config_digest.as_str()) != previous_digest
+    {
         bail!(
             "{}: checkpoint belongs to another configuration",
             dir.display()
@@ -290,13 +310,16 @@ pub fn save_checkpoint(
         &[
             (
                 "model.safetensors",
-                checkpoint::safetensors_bytes(&weights, Some(meta))?,
+                checkpoint::FileBody::Tensors(&weights, Some(meta)),
             ),
             (
                 "optim.safetensors",
-                checkpoint::safetensors_bytes(&adam.export(), None)?,
+                checkpoint::FileBody::Tensors(&adam.export(), None),
             ),
-            ("state.json", serde_json::to_vec_pretty(&state)?),
+            (
+                "state.json",
+                checkpoint::FileBody::Bytes(serde_json::to_vec_pretty(&state)?),
+            ),
         ],
         exp.train.keep_checkpoints,
     )?;

@@ -40,11 +40,14 @@ pub fn bytes_to_unicode() -> Vec<(u8, char)> {
         .collect()
 }
 
-/// A trained tokenizer with sinklab's special tokens.
+/// A tokenizer with its begin-of-sequence and end-of-document tokens (sinklab's own
+/// `<|bos|>` / `<|endoftext|>`, or a pretrained tokenizer's) and every special token id.
 pub struct Tokenizer {
     inner: HfTokenizer,
     pub bos_id: u32,
     pub eot_id: u32,
+    /// Ids of the special (added, `special = true`) tokens, sorted.
+    pub special_ids: Vec<u32>,
 }
 
 fn specials() -> Vec<AddedToken> {
@@ -65,17 +68,60 @@ fn assemble(model: BPE) -> HfTokenizer {
 
 impl Tokenizer {
     fn from_hf(inner: HfTokenizer) -> Result<Self> {
+        Self::with_names(inner, BOS, EOT)
+    }
+
+    fn with_names(inner: HfTokenizer, bos: &str, eot: &str) -> Result<Self> {
         let bos_id = inner
-            .token_to_id(BOS)
-            .ok_or_else(|| anyhow!("tokenizer lacks the {BOS} token"))?;
+            .token_to_id(bos)
+            .ok_or_else(|| anyhow!("tokenizer lacks the begin-of-sequence token {bos:?}"))?;
         let eot_id = inner
-            .token_to_id(EOT)
-            .ok_or_else(|| anyhow!("tokenizer lacks the {EOT} token"))?;
+            .token_to_id(eot)
+            .ok_or_else(|| anyhow!("tokenizer lacks the end-of-document token {eot:?}"))?;
+        let mut special_ids: Vec<u32> = inner
+            .get_added_tokens_decoder()
+            .into_iter()
+            .filter(|(_, t)| t.special)
+            .map(|(id, _)| id)
+            .collect();
+        special_ids.extend([bos_id, eot_id]);
+        special_ids.sort_unstable();
+        special_ids.dedup();
         Ok(Self {
             inner,
             bos_id,
             eot_id,
+            special_ids,
         })
+    }
+
+    /// A `tokenizer.json` whose begin-of-sequence and end-of-document tokens are `bos` and
+    /// `eot` (a pretrained model's tokenizer).
+    pub fn load_named(path: &Path, bos: &str, eot: &str) -> Result<Self> {
+        let inner = HfTokenizer::from_file(path)
+            .map_err(|e| anyhow!("loading tokenizer {}: {e}", path.display()))?;
+        Self::with_names(inner, bos, eot).map_err(|e| anyhow!("{}: {e}", path.display()))
+    }
+
+    /// Whether `id` is a special token (never drawn as a random probe token).
+    pub fn is_special(&self, id: u32) -> bool {
+        self.special_ids.binary_search(&id).is_ok()
+    }
+
+    /// The ids random tokens are drawn from: every non-special id below `vocab`. When the
+    /// specials are exactly the first ids (sinklab's own tokenizers: 0 and 1), this is a range.
+    pub fn regular_ids(&self, vocab: u32) -> RegularIds {
+        let k = self.special_ids.len() as u32;
+        let prefix = self
+            .special_ids
+            .iter()
+            .enumerate()
+            .all(|(i, &s)| s == i as u32);
+        if prefix {
+            RegularIds::Range(k, vocab.max(k + 1))
+        } else {
+            RegularIds::List((0..vocab).filter(|&t| !self.is_special(t)).collect())
+        }
     }
 
     /// Byte-level tokenizer: ids 0, 1 for the specials, byte b ↦ b + 2.
@@ -130,6 +176,11 @@ impl Tokenizer {
             .map_err(|e| anyhow!("saving tokenizer {}: {e}", path.display()))
     }
 
+    /// The string of token `id` (as the vocabulary spells it).
+    pub fn token(&self, id: u32) -> Option<String> {
+        self.inner.id_to_token(id)
+    }
+
     pub fn vocab_size(&self) -> usize {
         self.inner.get_vocab_size(true)
     }
@@ -148,6 +199,24 @@ impl Tokenizer {
         self.inner
             .decode(ids, false)
             .map_err(|e| anyhow!("decoding: {e}"))
+    }
+}
+
+/// The non-special ids random tokens are drawn from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RegularIds {
+    /// `lo..hi`.
+    Range(u32, u32),
+    List(Vec<u32>),
+}
+
+impl RegularIds {
+    /// One id, uniformly.
+    pub fn draw<R: rand::Rng>(&self, rng: &mut R) -> u32 {
+        match self {
+            RegularIds::Range(lo, hi) => rng.gen_range(*lo..*hi),
+            RegularIds::List(ids) => ids[rng.gen_range(0..ids.len())],
+        }
     }
 }
 

@@ -13,10 +13,11 @@ use crate::optim::{self, AdamW, GradAccumulator};
 use crate::parallel::{self, Workers};
 use crate::recorder::Recorder;
 use crate::run;
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, anyhow, bail};
 use burn::module::Module;
 use burn::tensor::Device;
 use serde::Serialize;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -162,6 +163,58 @@ struct StepStats {
     gnorm: f64,
 }
 
+/// `train.init_from`: every parameter found in `src` with the same shape replaces the fresh
+/// one; the rest stay fresh and are named in the log.
+fn init_from(model: Lm, src: &std::path::Path, log: &mut dyn FnMut(&str)) -> Result<Lm> {
+    let (_, ckpt) = run::locate_checkpoint(src)
+        .with_context(|| format!("train.init_from = {}", src.display()))?;
+    let mut from = crate::checkpoint::load_safetensors(&ckpt.join("model.safetensors"))?;
+    let fresh = crate::optim::export_params(&model);
+    let (mut merged, mut kept_fresh, mut problems) = (BTreeMap::new(), Vec::new(), Vec::new());
+    let mut loaded = 0usize;
+    for (name, t) in fresh {
+        match from.remove(&name) {
+            Some(s) if s.shape == t.shape => {
+                loaded += s.data.len();
+                merged.insert(name, s);
+            }
+            Some(s) => {
+                problems.push(format!(
+                    "`{name}` is {:?} there, {:?} here",
+                    s.shape, t.shape
+                ));
+                merged.insert(name, t);
+            }
+            None => {
+                kept_fresh.push(name.clone());
+                merged.insert(name, t);
+            }
+        }
+    }
+    problems.extend(
+        from.keys()
+            .map(|n| format!("`{n}` has no place in this model")),
+    );
+    if !problems.is_empty() {
+        bail!(
+            "train.init_from = {}: the checkpoint does not fit this model: {}",
+            ckpt.display(),
+            problems.join("; ")
+        );
+    }
+    let model = crate::optim::import_params_owned(model, merged).map_err(|e| anyhow!(e))?;
+    log(&format!(
+        "init_from {}: {loaded} values loaded; initialised fresh: {}",
+        ckpt.display(),
+        if kept_fresh.is_empty() {
+            "nothing".to_string()
+        } else {
+            kept_fresh.join(", ")
+        }
+    ));
+    Ok(model)
+}
+
 impl<'a> Trainer<'a> {
     /// Prepare the run directory, the data, the model (restored from the newest checkpoint
     /// when resuming), the fixed validation and probe batches, the writers and the workers.
@@ -173,17 +226,32 @@ impl<'a> Trainer<'a> {
             data.dir.join("tokenizer.json"),
             run_dir.join("tokenizer.json"),
         )?;
-        let vocab = data.vocab_size();
+        let vocab = exp.model.vocab_size.unwrap_or(data.vocab_size());
+        if vocab < data.vocab_size() {
+            bail!(
+                "model.vocab_size = {vocab} is smaller than the tokenizer's {} ids",
+                data.vocab_size()
+            );
+        }
         let base_device = backend::device(exp.run.device)?;
         let device = base_device.clone().autodiff();
         let mut model = Lm::new(&exp.model, vocab, exp.run.seed, &device);
         let mut adam = AdamW::new(&exp.optim);
         let mut start_step = 0;
         if let Some((_, dir)) = &start.resume_from {
-            let (restored, step) = run::restore(exp, dir, model, &mut adam, &device)?;
+            let (restored, step) = run::restore(
+                exp,
+                start.previous_digest.as_deref(),
+                dir,
+                model,
+                &mut adam,
+                &device,
+            )?;
             model = restored;
             start_step = step;
             log(&format!("resuming {} from step {step}", run_dir.display()));
+        } else if let Some(src) = &exp.train.init_from {
+            model = init_from(model, src, log)?;
         }
         log(&format!(
             "model: {} parameters ({} non-embedding), vocab {vocab}, device {}",

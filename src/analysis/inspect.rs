@@ -16,7 +16,7 @@ use crate::metrics::{
 };
 use crate::plot::{self, Bars, Heatmap, LinePlot, Series};
 use crate::run::OpenRun;
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -41,6 +41,9 @@ pub struct AnalyzeOptions {
     pub out: Option<PathBuf>,
     pub tensorboard: bool,
     pub seed: u64,
+    /// Natural probes from this text (consecutive windows of `len` tokens, at most
+    /// `sequences`) instead of the validation split.
+    pub text: Option<PathBuf>,
 }
 
 /// What `sinklab analyze` found (`analysis.json`).
@@ -68,6 +71,10 @@ pub struct AnalysisReport {
 #[derive(Debug, Clone, Serialize)]
 pub struct ProbeInfo {
     pub sequences: usize,
+    /// The text file the natural probes came from (None: the validation split).
+    pub text: Option<PathBuf>,
+    /// Tokens of that text.
+    pub text_tokens: Option<usize>,
     pub len: usize,
     pub bos: bool,
     pub eps: Vec<f64>,
@@ -84,6 +91,14 @@ pub struct KindSummary {
     pub metric: String,
     /// ε → Sink_k^ε (%) for k = 1..=k_max.
     pub sink_rate: BTreeMap<String, Vec<f64>>,
+    /// ε → [layer][head] Sink₁^ε (%): the share of sequences where the head's α₁ > ε.
+    pub sink1_by_head: BTreeMap<String, Vec<Vec<f64>>>,
+    /// ε → [layer] Sink₁^ε (%), the mean over the layer's heads.
+    pub sink1_by_layer: BTreeMap<String, Vec<f64>>,
+    /// [layer][head] first-token importance α₁ (mean over sequences).
+    pub importance_first: Vec<Vec<f64>>,
+    /// [layer] first-token norm ratio ‖h₁‖ / mean ‖h_rest‖ of the layer's output.
+    pub norm_ratio: Vec<f64>,
     /// ε → Sink₁* on the slot (%), models with slots or sink tokens.
     pub slot_rate: BTreeMap<String, f64>,
     pub slot_mass: Vec<Option<f64>>,
@@ -98,6 +113,20 @@ impl KindSummary {
         Self {
             metric: metric.to_string(),
             sink_rate: report.sink_rate.clone(),
+            sink1_by_head: report.sink1_by_head.clone(),
+            sink1_by_layer: report
+                .sink1_by_head
+                .iter()
+                .map(|(e, layers)| {
+                    let means = layers
+                        .iter()
+                        .map(|h| h.iter().sum::<f64>() / h.len().max(1) as f64)
+                        .collect();
+                    (e.clone(), means)
+                })
+                .collect(),
+            importance_first: report.importance_first.clone(),
+            norm_ratio: report.hidden.iter().map(|h| h.norm_ratio).collect(),
             slot_rate: report.slot_rate.clone(),
             slot_mass: report.slot_mass.clone(),
             first_token_mass: report.first_mass.clone(),
@@ -199,6 +228,31 @@ pub fn analyze(
             o.len
         ));
     }
+    // With --text the natural probes are the text's complete windows (a short text: one
+    // window of its own length, and every probe kind takes that length).
+    let text = match &o.text {
+        None => None,
+        Some(file) => {
+            let body = std::fs::read_to_string(file)
+                .with_context(|| format!("reading --text {}", file.display()))?;
+            let ids = run.data.tokenizer.encode(&body)?;
+            let bos = exp.data.bos.then_some(run.data.tokenizer.bos_id);
+            let mut b = crate::data::text_batch(&ids, len, bos, true)
+                .with_context(|| format!("--text {}", file.display()))?;
+            if b.batch > o.sequences {
+                b = crate::eval::slice_batch(&b, 0, o.sequences);
+            }
+            log(&format!(
+                "--text {}: {} tokens → {} window(s) of {}",
+                file.display(),
+                ids.len(),
+                b.batch,
+                b.len
+            ));
+            Some((ids.len(), b))
+        }
+    };
+    let len = text.as_ref().map_or(len, |(_, b)| b.len);
     let k_max = o.k_max.min(len);
     let (n_layers, n_heads) = (exp.model.n_layers, exp.model.n_heads);
     for &(l, h) in &o.maps {
@@ -213,7 +267,9 @@ pub fn analyze(
     } else {
         "Sink*"
     };
-    let (kinds, natural) = probe_all_kinds(run, o, len, k_max, proxy, &mut out, log)?;
+    let text_tokens = text.as_ref().map(|(n, _)| *n);
+    let natural_text = text.map(|(_, b)| b);
+    let (kinds, natural) = probe_all_kinds(run, o, len, k_max, natural_text, &mut out, log)?;
     let Natural {
         layers,
         report,
@@ -231,16 +287,27 @@ pub fn analyze(
         annotate: true,
     })?;
     out.png("importance_first.png", "analyze/importance_first", png)?;
+    let mut clock = std::time::Instant::now();
+    let mut lap = |name: &str, log: &mut dyn FnMut(&str)| {
+        log(&format!("{name}: {:.1} s", clock.elapsed().as_secs_f64()));
+        clock = std::time::Instant::now();
+    };
     let activations = activations(&layers, &report, &mut out)?;
+    lap("activations", log);
     let qk = qk_section(&layers, &mut out)?;
+    lap("q·k geometry", log);
     let bars = bars_section(run, o, &layers, &report, &batch, &mut out)?;
+    lap("attention bars and dark ratios", log);
     let attention_maps = maps_section(run, o, &report, &batch, proxy, star, &mut out)?;
+    lap("attention maps", log);
     let value = AnalysisReport {
         run_dir: run.run_dir.clone(),
         checkpoint: run.checkpoint.clone(),
         step: run.state.step,
         probe: ProbeInfo {
-            sequences: o.sequences,
+            sequences: batch.batch,
+            text: o.text.clone(),
+            text_tokens,
             len,
             bos: exp.data.bos,
             eps: o.eps.clone(),
@@ -275,11 +342,12 @@ fn probe_all_kinds(
     o: &AnalyzeOptions,
     len: usize,
     k_max: usize,
-    proxy: Proxy,
+    natural_text: Option<Batch>,
     out: &mut Output,
     log: &mut dyn FnMut(&str),
 ) -> Result<(BTreeMap<String, KindSummary>, Natural)> {
     let exp = &run.exp;
+    let proxy = Proxy::for_normaliser(&exp.model.attention.normaliser);
     let chunk = exp.train.micro_batch.max(1);
     let metric = if proxy == Proxy::Weights {
         "Sink"
@@ -287,6 +355,9 @@ fn probe_all_kinds(
         "Sink*"
     };
     let mut kinds = probe_batches(&run.data, o.sequences, len, exp.data.bos, o.seed)?;
+    if let Some(b) = natural_text {
+        kinds[0].1 = b;
+    }
     // A run trained with a fixed or random token is also probed as trained: the natural probe
     // with the data's token changes (Gu et al. measure the sink where the model saw the token).
     let sampler = Sampler::new(&run.data, &exp.data, exp.model.ctx, exp.run.seed)?;
@@ -334,8 +405,13 @@ fn probe_all_kinds(
     if !series.is_empty() {
         let png = plot::lines(&LinePlot {
             title: &format!(
-                "{metric}_k (ε = {HEADLINE_EPS}), {} × {len} probe",
-                o.sequences
+                "{metric}_k (ε = {HEADLINE_EPS}), {} × {len} probe{}",
+                o.sequences,
+                if o.text.is_some() {
+                    " (natural: --text)"
+                } else {
+                    ""
+                }
             ),
             x_label: "k (key position, 1-based)",
             y_label: "% of (layer, head, sequence)",
@@ -520,15 +596,18 @@ fn bars_section(
     let inputs = hidden_inputs(&run.model, batch, chunk, &run.device);
     let (w_u, _, d, v) = unembedding_and_embedding(&run.model, false);
     let bands = Bands::from_matrix(&w_u, d, v, o.bands.min(d));
-    let dark_of = |l: usize, b: usize, t: usize| -> f64 {
-        let x: &Array = &inputs[l];
-        let (tt, dd) = (x.shape[1], x.shape[2]);
-        let h: Vec<f64> = x.data[(b * tt + t) * dd..(b * tt + t + 1) * dd]
-            .iter()
-            .map(|&z| z as f64)
-            .collect();
-        bands.dark_ratio(&h)
-    };
+    // [layer] dark ratio of every (sequence, position), in parallel
+    let dark: Vec<Vec<f64>> = inputs
+        .iter()
+        .map(|x: &Array| {
+            use rayon::prelude::*;
+            x.data
+                .par_chunks(x.shape[2])
+                .map(|row| bands.dark_ratio(&row.iter().map(|&z| z as f64).collect::<Vec<_>>()))
+                .collect()
+        })
+        .collect();
+    let dark_of = |l: usize, b: usize, t: usize| -> f64 { dark[l][b * inputs[l].shape[1] + t] };
     let mut bars: Vec<Bar> = Vec::new();
     for (l, la) in layers.iter().enumerate() {
         bars.extend(find_bars(
@@ -579,7 +658,7 @@ fn bars_section(
     });
     let mut counts = vec![vec![0.0; n_heads]; n_layers];
     for b in &bars {
-        counts[b.layer][b.head] += 1.0 / o.sequences as f64;
+        counts[b.layer][b.head] += 1.0 / batch.batch as f64;
     }
     let (bs, bl, bh) = {
         let mut best = std::collections::HashMap::new();
@@ -738,8 +817,16 @@ impl AnalysisReport {
     pub fn print(&self, dir: &std::path::Path) {
         let p = &self.probe;
         println!(
-            "{}_k^eps (%), {} sequences × {} tokens (BOS: {})",
-            self.metric, p.sequences, p.len, p.bos
+            "{}_k^eps (%), {} sequences × {} tokens (BOS: {}){}",
+            self.metric,
+            p.sequences,
+            p.len,
+            p.bos,
+            p.text.as_ref().map_or(String::new(), |t| format!(
+                "; natural probes from {} ({} tokens)",
+                t.display(),
+                p.text_tokens.unwrap_or(0)
+            ))
         );
         for (kind, label) in [
             ("natural", "natural"),
@@ -778,6 +865,28 @@ impl AnalysisReport {
                 "F-Attn {:.3} (uniform causal attention: {:.3}) | M-Act {:.2}",
                 k.f_attn, p.f_attn_uniform, k.m_act
             );
+        }
+        if let Some(nat) = self.kinds.get("natural") {
+            let head = eps_name(HEADLINE_EPS);
+            print!("\n{}_1^eps (%) by layer | natural:", self.metric);
+            for e in &p.eps {
+                print!(" {:>5}", eps_name(*e));
+            }
+            println!(" | random {head} | repeated {head}");
+            for l in 0..nat.norm_ratio.len() {
+                print!("{l:>5}{:>19}", "");
+                for e in &p.eps {
+                    let v = nat.sink1_by_layer.get(&eps_name(*e)).map_or(0.0, |v| v[l]);
+                    print!(" {v:>5.1}");
+                }
+                let at = |kind: &str| {
+                    self.kinds
+                        .get(kind)
+                        .and_then(|k| k.sink1_by_layer.get(&head))
+                        .map_or("-".to_string(), |v| format!("{:.1}", v[l]))
+                };
+                println!(" | {:>10} | {:>12}", at("random"), at("repeated"));
+            }
         }
         println!(
             "\nlayer | ‖h1‖/‖h_rest‖ | top1 |h| | median |h| | massive | cos(q,k1) vs rest | ‖q‖‖k1‖ vs rest"

@@ -30,11 +30,10 @@ pub fn probe_batches(
 ) -> Result<Vec<(&'static str, Batch)>> {
     let natural = crate::data::validation_batch(data, n, len, bos)?;
     let v = data.vocab_size() as u32;
-    let special = [data.tokenizer.bos_id, data.tokenizer.eot_id];
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let token = |rng: &mut ChaCha8Rng| loop {
         let t = rng.gen_range(0..v);
-        if !special.contains(&t) {
+        if !data.tokenizer.is_special(t) {
             break t;
         }
     };

@@ -42,6 +42,14 @@ pub struct Args {
     /// W_U bands for the dark ratio of attention-bar tokens.
     #[arg(long, default_value_t = 20)]
     pub bands: usize,
+    /// Natural probes from this text file: its consecutive windows of --len tokens (at most
+    /// --sequences; a shorter text is one window of its own length) instead of the run's
+    /// validation split.
+    #[arg(long, value_name = "FILE")]
+    pub text: Option<PathBuf>,
+    /// Print analysis.json to stdout instead of the tables.
+    #[arg(long)]
+    pub json: bool,
 }
 
 pub fn run(a: Args) -> Result<()> {
@@ -69,6 +77,7 @@ pub fn run(a: Args) -> Result<()> {
         out: a.common.out,
         tensorboard: a.common.tensorboard,
         seed: a.common.seed,
+        text: a.text,
     };
     let report = inspect::analyze(&run, &o, &mut |m| eprintln!("{m}"))?;
     let dir = o.out.clone().unwrap_or_else(|| {
@@ -76,6 +85,10 @@ pub fn run(a: Args) -> Result<()> {
             .join("analysis")
             .join(format!("step_{:08}", run.state.step))
     });
-    report.print(&dir);
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        report.print(&dir);
+    }
     Ok(())
 }

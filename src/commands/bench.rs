@@ -30,7 +30,10 @@ pub struct Args {
 
 pub fn run(a: Args) -> Result<()> {
     let exp = a.overrides.load(&a.experiment)?;
-    let vocab = exp.data.tokenizer.requested_vocab();
+    let vocab = match exp.model.vocab_size {
+        Some(v) => v,
+        None => exp.data.tokenizer.requested_vocab()?,
+    };
     let r = bench::run(&exp, vocab, a.warmup, a.steps, a.rounds, a.peak_gflops)?;
     if a.json {
         println!("{}", serde_json::to_string(&r)?);

@@ -4,8 +4,9 @@ use super::RunDevice;
 use crate::data::{self, Sampler};
 use crate::eval::{eval_loss, probe_metrics};
 use crate::metrics::{SinkReport, uniform_first_mass};
-use anyhow::Result;
-use std::path::PathBuf;
+use crate::run::OpenRun;
+use anyhow::{Context, Result, bail};
+use std::path::{Path, PathBuf};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -16,10 +17,20 @@ pub struct Args {
     /// Print the full report as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Mean NLL and perplexity of this text file instead (the run's tokenizer; BOS in front of
+    /// every window when the run trains with BOS; windows of --len tokens).
+    #[arg(long, value_name = "FILE")]
+    pub text: Option<PathBuf>,
+    /// Window length for --text (default and maximum: model.ctx).
+    #[arg(long, requires = "text")]
+    pub len: Option<usize>,
 }
 
 pub fn run(a: Args) -> Result<()> {
     let run = a.device.open(&a.path)?;
+    if let Some(file) = &a.text {
+        return eval_text(&run, file, a.len, a.json);
+    }
     let (exp, model, device, ds) = (&run.exp, &run.model, &run.device, &run.data);
     // Validation and probes carry the training data's token changes, as in training.
     let sampler = Sampler::new(ds, &exp.data, exp.model.ctx, exp.run.seed)?;
@@ -65,6 +76,53 @@ pub fn run(a: Args) -> Result<()> {
         ),
     }
     print_report(&report, exp.metrics.probe_sequences, exp.metrics.probe_len);
+    Ok(())
+}
+
+/// Mean NLL and perplexity of a text file.
+fn eval_text(run: &OpenRun, file: &Path, len: Option<usize>, json: bool) -> Result<()> {
+    let exp = &run.exp;
+    let ctx = exp.model.ctx;
+    let len = len.unwrap_or(ctx);
+    if len < 2 || len > ctx {
+        bail!("--len {len}: expected 2 ≤ len ≤ model.ctx = {ctx}");
+    }
+    let text = std::fs::read_to_string(file)
+        .with_context(|| format!("reading --text {}", file.display()))?;
+    let ids = run.data.tokenizer.encode(&text)?;
+    let bos = exp.data.bos.then_some(run.data.tokenizer.bos_id);
+    let batch = data::text_batch(&ids, len, bos, false)
+        .with_context(|| format!("--text {}", file.display()))?;
+    let predicted: f64 = batch.loss_mask.iter().map(|&m| m as f64).sum();
+    let started = std::time::Instant::now();
+    let nll = eval_loss(
+        &run.model,
+        &batch,
+        exp.train.micro_batch.max(1),
+        &run.device,
+    );
+    let secs = started.elapsed().as_secs_f64();
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({"run_dir": run.run_dir, "step": run.state.step,
+                "text": file, "tokens": ids.len(), "predicted": predicted as usize,
+                "windows": batch.batch, "len": batch.len, "bos": exp.data.bos,
+                "mean_nll": nll, "ppl": nll.exp(), "seconds": secs})
+        );
+    } else {
+        println!(
+            "{}: {} tokens ({} predicted, {} window(s) of {}{}), mean NLL {nll:.4}, \
+             perplexity {:.3} ({secs:.2} s)",
+            file.display(),
+            ids.len(),
+            predicted as usize,
+            batch.batch,
+            batch.len,
+            if exp.data.bos { ", BOS first" } else { "" },
+            nll.exp()
+        );
+    }
     Ok(())
 }
 

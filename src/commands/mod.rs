@@ -7,7 +7,9 @@ pub mod bench;
 pub mod check;
 pub mod dark;
 pub mod eval;
+pub mod export;
 pub mod generate;
+pub mod import;
 pub mod init_check;
 pub mod report;
 pub mod stream_eval;
@@ -55,6 +57,16 @@ pub enum Cmd {
     /// W_E/W_U tail removed), Φ_e,k (W_E bands 1..k) and a random-orthonormal-basis control,
     /// with ΔNLL and Sink1 for each. Writes dark.json and PNG plots.
     Dark(dark::Args),
+    /// Import a pretrained model (a Hugging Face directory of the LLaMA family, GPT-2 or
+    /// GPT-NeoX, or a llama GGUF file) as a run directory: resolved.toml, the model's
+    /// tokenizer.json and step 0's checkpoint, ready for eval, analyze, dark, stream-eval,
+    /// generate and fine-tuning (train.init_from).
+    Import(import::Args),
+    /// Export a run whose model is exactly a LLaMA (pre-norm RMSNorm, SwiGLU, RoPE, softmax,
+    /// no extra parameters; q/k/v biases make it Qwen2) as a Hugging Face model directory:
+    /// config.json, model.safetensors, tokenizer.json. Anything else is refused with every
+    /// difference named.
+    Export(export::Args),
     /// Sample a continuation with a KV cache (temperature, top-k).
     Generate(generate::Args),
     /// StreamingLLM evaluation: token-by-token perplexity of a long text with a cache of the
@@ -91,6 +103,8 @@ pub fn run(cli: Cli) -> Result<()> {
         Cmd::Analyze(a) => analyze::run(a),
         Cmd::Dark(a) => dark::run(a),
         Cmd::Generate(a) => generate::run(a),
+        Cmd::Import(a) => import::run(a),
+        Cmd::Export(a) => export::run(a),
         Cmd::StreamEval(a) => stream_eval::run(a),
         Cmd::Sweep(a) => sweep::run(a),
         Cmd::Report(a) => report::run(a),

@@ -11,6 +11,9 @@ pub struct ModelConfig {
     pub d_model: usize,
     pub n_layers: usize,
     pub n_heads: usize,
+    /// Key/value heads (grouped-query attention): query head h reads key/value head
+    /// `h / (n_heads / n_kv_heads)`. Absent: `n_heads` (every head its own keys and values).
+    pub n_kv_heads: Option<usize>,
     /// Hidden width of the feed-forward network.
     pub d_ff: usize,
     /// Training context length (tokens per sequence, BOS included; sink tokens not included).
@@ -28,6 +31,8 @@ pub struct ModelConfig {
     pub head: HeadKind,
     /// Biases in every linear layer (q, k, v, o, gate, FFN, untied head), initialised to 0.
     pub bias: bool,
+    /// Biases on the query, key and value projections only (Qwen2), initialised to 0.
+    pub qkv_bias: bool,
     /// Learnable sink tokens prepended to every sequence (StreamingLLM); their outputs and
     /// losses are dropped.
     pub sink_tokens: usize,
@@ -37,6 +42,9 @@ pub struct ModelConfig {
     /// Std of the FFN output matrix W_down only (the same draws, scaled). Absent: `init_std`.
     /// Gu et al.'s code (TinyLlama / lit-gpt) uses `1 / sqrt(d_ff) / n_layers` here.
     pub w_down_init_std: Option<f64>,
+    /// Rows of the embedding and the head. Absent: the tokenizer's vocabulary. Pretrained
+    /// models often pad it past the tokenizer (GPT-NeoX, Qwen).
+    pub vocab_size: Option<usize>,
 }
 
 impl Default for ModelConfig {
@@ -45,6 +53,7 @@ impl Default for ModelConfig {
             d_model: 128,
             n_layers: 4,
             n_heads: 4,
+            n_kv_heads: None,
             d_ff: 384,
             ctx: 128,
             norm: NormConfig::default(),
@@ -55,9 +64,11 @@ impl Default for ModelConfig {
             attention: AttentionConfig::default(),
             head: HeadKind::default(),
             bias: false,
+            qkv_bias: false,
             sink_tokens: 0,
             init_std: None,
             w_down_init_std: None,
+            vocab_size: None,
         }
     }
 }
@@ -65,6 +76,10 @@ impl Default for ModelConfig {
 impl ModelConfig {
     pub fn d_head(&self) -> usize {
         self.d_model / self.n_heads
+    }
+    /// Key/value heads (`n_kv_heads`, or `n_heads` without grouped-query attention).
+    pub fn kv_heads(&self) -> usize {
+        self.n_kv_heads.unwrap_or(self.n_heads)
     }
     pub fn resolved_init_std(&self) -> f64 {
         self.init_std
@@ -98,6 +113,9 @@ pub enum FfnConfig {
     Relu {},
     /// GeLU, exact (erf) form.
     Gelu {},
+    /// GeLU, tanh approximation `0.5 x (1 + tanh(√(2/π)(x + 0.044715 x³)))` (GPT-2's
+    /// `gelu_new`).
+    GeluTanh {},
     Silu {},
     /// `silu(x W_gate) ⊙ x W_up`.
     Swiglu {},
@@ -135,6 +153,9 @@ pub enum PositionsConfig {
         base: f64,
         #[serde(default = "default_rope_fraction")]
         fraction: f64,
+        /// Which dimensions form a rotating pair (both rotate by `pos · base^(−2i/r)`).
+        #[serde(default)]
+        pairing: RopePairing,
     },
     /// T5-style learned relative-position buckets (bidirectional bucketing, one table shared by
     /// all layers). Gu et al.'s "relative" variant added the raw, unlearned bucket index; this
@@ -162,8 +183,20 @@ impl Default for PositionsConfig {
         PositionsConfig::Rope {
             base: 10000.0,
             fraction: 1.0,
+            pairing: RopePairing::Halves,
         }
     }
+}
+
+/// The dimension pairs RoPE rotates together, of the first r dimensions of a head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RopePairing {
+    /// (i, i + r/2): GPT-NeoX / Hugging Face ("rotate half").
+    #[default]
+    Halves,
+    /// (2i, 2i + 1): GPT-J, Burn's `RotaryEncoding`, and the Q/K layout of GGUF files.
+    Adjacent,
 }
 
 /// A scalar gain: its initial value and whether it is trained.
@@ -218,10 +251,13 @@ pub enum BlockConfig {
     },
     /// `x = N1(x + Attn(x)); x = N2(x + MLP(x))`; no final norm (as in Gu et al.).
     PostNorm {},
-    /// `x = α x + β_SA Attn(N1(x)) + β_FF MLP(N1(x))`; final norm before the head.
+    /// `x = α x + β_SA Attn(N1(x)) + β_FF MLP(N1(x))`; final norm before the head. With
+    /// `separate_norms`, the MLP reads its own norm, `MLP(N2(x))` (GPT-NeoX / Pythia).
     Parallel {
         #[serde(default)]
         gains: ParallelGains,
+        #[serde(default)]
+        separate_norms: bool,
     },
     /// SAS (He & Hofmann): `x̂ = SAS-Attn(N1(x))` (no attention skip: α_SA = 0, β_SA = 1),
     /// `out = x̂ + β_FF MLP(N2(x̂))`. Needs `attention.shaping = shaped` and

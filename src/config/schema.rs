@@ -145,16 +145,27 @@ pub enum TokenizerConfig {
     Byte {},
     /// Byte-level BPE trained on the training split with the `tokenizers` crate.
     Bpe { vocab_size: usize },
+    /// A `tokenizer.json` used as it is (a pretrained model's; `sinklab import` writes it into
+    /// the run directory). `bos` and `eot` name its begin-of-sequence and end-of-document
+    /// tokens; every special token of the file is kept out of random probes.
+    File {
+        path: PathBuf,
+        bos: String,
+        eot: String,
+    },
 }
 
 impl TokenizerConfig {
     /// The vocabulary size this choice asks for (a BPE trained on a small corpus may end up
     /// smaller; the prepared tokenizer is the truth).
-    pub fn requested_vocab(&self) -> usize {
-        match *self {
+    pub fn requested_vocab(&self) -> anyhow::Result<usize> {
+        Ok(match self {
             TokenizerConfig::Byte {} => crate::tokenizer::BYTE_VOCAB,
-            TokenizerConfig::Bpe { vocab_size } => vocab_size,
-        }
+            TokenizerConfig::Bpe { vocab_size } => *vocab_size,
+            TokenizerConfig::File { path, bos, eot } => {
+                crate::tokenizer::Tokenizer::load_named(path, bos, eot)?.vocab_size()
+            }
+        })
     }
 }
 
@@ -249,6 +260,15 @@ pub struct TrainConfig {
     pub keep_checkpoints: usize,
     /// Write training scalars every N steps.
     pub log_every: u64,
+    /// Start from these weights: a run directory (its newest checkpoint), a checkpoint
+    /// directory or an imported pretrained model (`sinklab import`). Every parameter of this
+    /// model found there with the same shape is loaded; the ones it lacks (a sink logit, KV
+    /// bias, gate or sink tokens a variant adds) keep their fresh initialisation and are named
+    /// in the log; a parameter there with no place here, or another shape, is an error. The
+    /// optimiser and the step count start fresh. Ignored when resuming (the run's own
+    /// checkpoint is newer).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub init_from: Option<std::path::PathBuf>,
 }
 
 impl Default for TrainConfig {
@@ -262,6 +282,7 @@ impl Default for TrainConfig {
             checkpoint_every: 250,
             keep_checkpoints: 3,
             log_every: 10,
+            init_from: None,
         }
     }
 }

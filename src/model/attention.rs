@@ -84,6 +84,8 @@ pub struct FeatureMlp {
 #[derive(Debug, Clone)]
 pub struct AttnSpec {
     pub n_heads: usize,
+    /// Key/value heads (< n_heads with grouped-query attention).
+    pub kv_heads: usize,
     pub normaliser: NormaliserConfig,
     /// Resolved bias of the unnormalised sigmoid.
     pub sigmoid_bias: f64,
@@ -349,15 +351,17 @@ impl Attention {
     pub fn new(cfg: &ModelConfig, init: &mut Init, layer: usize, spa: Option<&SpaLayer>) -> Self {
         let (d, h, b) = (cfg.d_model, cfg.n_heads, cfg.bias);
         let dh = cfg.d_head();
+        let kv = cfg.kv_heads() * dh; // key/value width (d without grouped-query attention)
+        let qkv_b = b || cfg.qkv_bias;
         let a = &cfg.attention;
         // The baseline stream is always drawn for all four, so that every variant shares the
         // rest of its weights with the baseline of the same seed.
-        let mut wq = Linear::new(init, d, d, b);
-        let wk = Linear::new(init, d, d, b);
-        let wv = Linear::new(init, d, d, b);
+        let mut wq = Linear::new(init, d, d, qkv_b);
+        let wk = Linear::new(init, d, kv, qkv_b);
+        let wv = Linear::new(init, d, kv, qkv_b);
         let wo = Linear::new(init, d, d, b);
         if a.query_init == QueryInit::Zero {
-            wq = Linear::zeros(init, d, d, b);
+            wq = Linear::zeros(init, d, d, qkv_b);
         }
         let (wv, wo) = match a.value_output {
             ValueOutputConfig::Dense {} => (Some(wv), Some(wo)),
@@ -424,6 +428,7 @@ impl Attention {
             spa_scale,
             spec: AttnSpec {
                 n_heads: h,
+                kv_heads: cfg.kv_heads(),
                 normaliser: a.normaliser.clone(),
                 sigmoid_bias: match &a.normaliser {
                     NormaliserConfig::Sigmoid { bias } => bias.resolve(cfg.ctx).unwrap_or(0.0),
@@ -435,15 +440,28 @@ impl Attention {
         }
     }
 
-    /// Project (if a projection is given) and split heads: (B, S, d) → (B, H, S, d_h).
-    fn heads(&self, x: Tensor<3>, w: Option<&Linear>) -> Tensor<4> {
-        let [b, s, d] = x.dims();
-        let h = self.spec.n_heads;
+    /// Project (if a projection is given) and split into `h` heads: (B, S, h·d_h) → (B, h, S, d_h).
+    fn heads(&self, x: Tensor<3>, w: Option<&Linear>, h: usize) -> Tensor<4> {
         let x = match w {
             Some(w) => w.forward(x),
             None => x,
         };
-        x.reshape([b, s, h, d / h]).swap_dims(1, 2)
+        let [b, s, width] = x.dims();
+        x.reshape([b, s, h, width / h]).swap_dims(1, 2)
+    }
+
+    /// (B, KV, S, d_h) → (B, H, S, d_h), each key/value head repeated for the H / KV query
+    /// heads that read it (Hugging Face's `repeat_kv`); the identity without grouped-query
+    /// attention.
+    fn repeat_kv(&self, x: Tensor<4>) -> Tensor<4> {
+        let (h, kv) = (self.spec.n_heads, self.spec.kv_heads);
+        if kv == h {
+            return x;
+        }
+        let [b, _, s, dh] = x.dims();
+        x.unsqueeze_dim::<5>(2) // (B, KV, 1, S, d_h)
+            .expand([b, kv, h / kv, s, dh])
+            .reshape([b, h, s, dh])
     }
 
     /// φ(x) on (B, H, S, d_h) for linear kernels; identity otherwise.
@@ -468,7 +486,6 @@ impl Attention {
     /// Attention weights from logits (B, H, S, C); `hidden` is true where a key is masked.
     /// Masked entries are exactly 0. A learned sink logit is a first column here.
     fn normalise(&self, s: Tensor<4>, hidden: Tensor<4, Bool>) -> Tensor<4> {
-        let rows = |w: Tensor<4>| w.clone() / w.sum_dim(3); // row-normalise
         match &self.spec.normaliser {
             NormaliserConfig::Softmax {} => softmax(s.mask_fill(hidden, f32::NEG_INFINITY), 3),
             NormaliserConfig::SoftmaxN { n } => {
@@ -482,9 +499,18 @@ impl Attention {
             NormaliserConfig::Sigmoid { .. } => {
                 sigmoid(s + self.spec.sigmoid_bias).mask_fill(hidden, 0.0)
             }
-            NormaliserConfig::SigmoidNormalised {} => rows(sigmoid(s).mask_fill(hidden, 0.0)),
+            // σ(s_j) / Σ σ(s) = softmax(log σ(s))_j, log σ(s) = min(s, 0) − log(1 + e^−|s|):
+            // the quotient form underflows (σ(−90) = 0 in f32) and its backward divides by 0.
+            NormaliserConfig::SigmoidNormalised {} => {
+                let log_sig = s.clone().clamp_max(0.0) - s.abs().neg().exp().log1p();
+                softmax(log_sig.mask_fill(hidden, f32::NEG_INFINITY), 3)
+            }
             NormaliserConfig::Elu1 {} => elu1(s).mask_fill(hidden, 0.0),
-            NormaliserConfig::Elu1Normalised {} => rows(elu1(s).mask_fill(hidden, 0.0)),
+            // elu1(s_j) / Σ elu1(s) = softmax(log elu1(s))_j, log elu1(s) = s (s < 0), log(1 + s).
+            NormaliserConfig::Elu1Normalised {} => {
+                let log_elu1 = s.clone().clamp_max(0.0) + s.clamp_min(0.0).log1p();
+                softmax(log_elu1.mask_fill(hidden, f32::NEG_INFINITY), 3)
+            }
             NormaliserConfig::Linear { normaliser, .. } => {
                 let w = s.mask_fill(hidden, 0.0);
                 match normaliser {
@@ -515,9 +541,10 @@ impl Attention {
         let [b, nq, d] = u.dims();
         let h = self.spec.n_heads;
         let dh = d / h;
-        let mut q = self.heads(u.clone(), Some(&self.wq)); // (B, H, Q, d_h)
-        let k = self.heads(u.clone(), Some(&self.wk));
-        let v = self.heads(u.clone(), self.wv.as_ref());
+        let kv = self.spec.kv_heads;
+        let mut q = self.heads(u.clone(), Some(&self.wq), h); // (B, H, Q, d_h)
+        let k = self.heads(u.clone(), Some(&self.wk), kv); // (B, KV, Q, d_h)
+        let v = self.heads(u.clone(), self.wv.as_ref(), kv);
         let (mut k, v) = match cache {
             Some(c) => c.update(k, v, ctx.keep), // (B, H, S, d_h), keys unrotated
             None => (k, v),
@@ -525,9 +552,12 @@ impl Attention {
         let s = k.dims()[2];
         debug_assert_eq!(s - ctx.q_start, nq, "query rows match the context");
         if let Some((cos_q, sin_q, cos_k, sin_k, r)) = &ctx.rope {
-            q = rope(q, cos_q, sin_q, *r);
-            k = rope(k, cos_k, sin_k, *r);
+            q = rope(q, cos_q, sin_q, *r, ctx.rope_pairing);
+            k = rope(k, cos_k, sin_k, *r, ctx.rope_pairing);
         }
+        // Grouped-query attention: query head h reads key/value head h / (H / KV).
+        let k = self.repeat_kv(k);
+        let v = self.repeat_kv(v);
         if let Some(p) = probe.as_deref_mut() {
             let t = s - ctx.sink_tokens;
             p.queries = Some(q.clone().narrow(2, ctx.sink_tokens, t)); // (B, H, T, d_h)

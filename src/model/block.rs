@@ -10,6 +10,13 @@ use burn::module::{Module, Param};
 use burn::tensor::Tensor;
 use burn::tensor::activation::{gelu, relu, silu};
 
+/// `0.5 x (1 + tanh(√(2/π) (x + 0.044715 x³)))`: GPT-2's `gelu_new`.
+fn gelu_tanh(x: Tensor<3>) -> Tensor<3> {
+    let inner =
+        (x.clone() + x.clone().powi_scalar(3) * 0.044715) * (2.0 / std::f64::consts::PI).sqrt();
+    x * (inner.tanh() + 1.0) * 0.5
+}
+
 /// Feed-forward network: `W_down(act(x W_up))`, or gated `W_down(act(x W_gate) ⊙ x W_up)`.
 #[derive(Module, Debug)]
 pub struct Mlp {
@@ -52,6 +59,7 @@ impl Mlp {
         let hidden = match self.kind {
             FfnConfig::Relu {} => relu(self.w_up.forward(x)),
             FfnConfig::Gelu {} => gelu(self.w_up.forward(x)),
+            FfnConfig::GeluTanh {} => gelu_tanh(self.w_up.forward(x)),
             FfnConfig::Silu {} => silu(self.w_up.forward(x)),
             FfnConfig::Swiglu {} => silu(gate(x.clone())) * self.w_up.forward(x),
             FfnConfig::Geglu {} => gelu(gate(x.clone())) * self.w_up.forward(x),
@@ -115,7 +123,7 @@ impl Block {
                 [gains.alpha_sa, gains.beta_sa, gains.alpha_ff, gains.beta_ff],
             ),
             BlockConfig::PostNorm {} => (Wiring::PostNorm, [one; 4]),
-            BlockConfig::Parallel { gains } => (
+            BlockConfig::Parallel { gains, .. } => (
                 Wiring::Parallel,
                 [gains.alpha, gains.beta_sa, one, gains.beta_ff],
             ),
@@ -124,7 +132,14 @@ impl Block {
                 (Wiring::Parallel, [zero, *beta_sa, one, *beta_ff])
             }
         };
-        let norm2 = if wiring != Wiring::Parallel && mlp.is_some() {
+        let separate = matches!(
+            cfg.block,
+            BlockConfig::Parallel {
+                separate_norms: true,
+                ..
+            }
+        );
+        let norm2 = if (wiring != Wiring::Parallel || separate) && mlp.is_some() {
             Norm::new(&cfg.norm, d, init)
         } else {
             None
@@ -177,11 +192,19 @@ impl Block {
                 }
             }
             Wiring::Parallel => {
-                // out = α x + β_SA Attn(N(x)) + β_FF MLP(N(x))
+                // out = α x + β_SA Attn(N1(x)) + β_FF MLP(N(x)), N = N2 with separate norms
+                // (GPT-NeoX), else N1
                 let u = norm_or_id(&self.norm1, h.clone());
                 let a = self.attn.forward(u.clone(), ctx, probe, cache);
-                let mut terms = vec![(h, &self.alpha_sa, ga_sa), (a, &self.beta_sa, gb_sa)];
+                let mut terms = vec![
+                    (h.clone(), &self.alpha_sa, ga_sa),
+                    (a, &self.beta_sa, gb_sa),
+                ];
                 if let Some(mlp) = &self.mlp {
+                    let u = match &self.norm2 {
+                        Some(n2) => n2.forward(h),
+                        None => u,
+                    };
                     terms.push((mlp.forward(u), &self.beta_ff, gb_ff));
                 }
                 mix(terms)

@@ -5,7 +5,9 @@
 //! halves (NeoX/HF) of the first `rope_dims(d_h, fraction)` dimensions; ALiBi uses
 //! `−m_h |i − j|`; T5 buckets are bidirectional, one table shared by all layers.
 
-use crate::config::{AttentionKernel, ModelConfig, PositionsConfig, ShapingConfig, rope_dims};
+use crate::config::{
+    AttentionKernel, ModelConfig, PositionsConfig, RopePairing, ShapingConfig, rope_dims,
+};
 use burn::tensor::module::embedding;
 use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
 
@@ -17,6 +19,8 @@ pub struct PositionTables {
     pub len: usize,
     /// RoPE cos and sin for positions 0..N+len, each (N+len, r/2), and r.
     pub rope: Option<(Tensor<2>, Tensor<2>, usize)>,
+    /// Which dimensions RoPE pairs.
+    pub rope_pairing: RopePairing,
     /// Sinusoidal absolute positions (len, d).
     pub sinusoidal: Option<Tensor<2>>,
     /// ALiBi slopes m_h.
@@ -62,7 +66,7 @@ impl PositionTables {
         let real = len;
         let len = cfg.sink_tokens + real;
         let rope = match cfg.positions {
-            PositionsConfig::Rope { base, fraction } => {
+            PositionsConfig::Rope { base, fraction, .. } => {
                 let r = rope_dims(cfg.d_head(), fraction);
                 let half = r / 2;
                 let mut cos = Vec::with_capacity(len * half);
@@ -96,9 +100,14 @@ impl PositionTables {
         });
         let alibi =
             matches!(cfg.positions, PositionsConfig::Alibi {}).then(|| alibi_slopes(cfg.n_heads));
+        let rope_pairing = match cfg.positions {
+            PositionsConfig::Rope { pairing, .. } => pairing,
+            _ => RopePairing::Halves,
+        };
         Self {
             len: real,
             rope,
+            rope_pairing,
             sinusoidal,
             alibi,
         }
@@ -113,6 +122,7 @@ impl PositionTables {
 pub struct Ctx {
     /// RoPE cos, sin (1, 1, Q, r/2) of the query rows, the same (1, 1, S, r/2) of the keys, r.
     pub(crate) rope: Option<(Tensor<4>, Tensor<4>, Tensor<4>, Tensor<4>, usize)>,
+    pub(crate) rope_pairing: RopePairing,
     /// True where a query may NOT see a key: (1, 1, Q, C) with C = slot columns + S.
     pub(crate) hidden: Tensor<4, Bool>,
     /// Additive logit bias (1, H, Q, C) (ALiBi or T5 buckets; 0 on slot columns).
@@ -246,6 +256,7 @@ impl Ctx {
         });
         Self {
             rope,
+            rope_pairing: tables.rope_pairing,
             hidden,
             bias,
             fused: a.kernel == AttentionKernel::Fused && q_start == 0,
@@ -302,17 +313,42 @@ impl LayerKv {
 
 /// Rotate (B, H, S, d_h) by positions: of the first r dimensions, `[x1, x2] ↦
 /// [x1 cos − x2 sin, x1 sin + x2 cos]` with x1 = dims 0..r/2, x2 = dims r/2..r.
-pub(crate) fn rope(x: Tensor<4>, cos: &Tensor<4>, sin: &Tensor<4>, r: usize) -> Tensor<4> {
-    let dh = x.dims()[3];
+pub(crate) fn rope(
+    x: Tensor<4>,
+    cos: &Tensor<4>,
+    sin: &Tensor<4>,
+    r: usize,
+    pairing: RopePairing,
+) -> Tensor<4> {
+    let [b, h, s, dh] = x.dims();
     let half = r / 2;
-    let x1 = x.clone().narrow(3, 0, half);
-    let x2 = x.clone().narrow(3, half, half);
-    let mut parts = vec![
-        x1.clone() * cos.clone() - x2.clone() * sin.clone(),
-        x1 * sin.clone() + x2 * cos.clone(),
-    ];
+    let rotated = match pairing {
+        RopePairing::Halves => {
+            // pairs (i, i + r/2)
+            let x1 = x.clone().narrow(3, 0, half);
+            let x2 = x.clone().narrow(3, half, half);
+            Tensor::cat(
+                vec![
+                    x1.clone() * cos.clone() - x2.clone() * sin.clone(),
+                    x1 * sin.clone() + x2 * cos.clone(),
+                ],
+                3,
+            )
+        }
+        RopePairing::Adjacent => {
+            // pairs (2i, 2i + 1): (B, H, S, r) → (B, H, S, r/2, 2)
+            let pairs = x.clone().narrow(3, 0, r).reshape([b, h, s, half, 2]);
+            let x1 = pairs.clone().narrow(4, 0, 1).reshape([b, h, s, half]);
+            let x2 = pairs.narrow(4, 1, 1).reshape([b, h, s, half]);
+            let y1 = x1.clone() * cos.clone() - x2.clone() * sin.clone();
+            let y2 = x1 * sin.clone() + x2 * cos.clone();
+            Tensor::cat(vec![y1.unsqueeze_dim::<5>(4), y2.unsqueeze_dim::<5>(4)], 4)
+                .reshape([b, h, s, r])
+        }
+    };
     if r < dh {
-        parts.push(x.narrow(3, r, dh - r));
+        Tensor::cat(vec![rotated, x.narrow(3, r, dh - r)], 3)
+    } else {
+        rotated
     }
-    Tensor::cat(parts, 3)
 }

@@ -39,9 +39,22 @@ pub struct Init<'a> {
     pub extra: HostRng,
     pub std: f64,
     pub device: &'a Device,
+    /// Build a skeleton: random draws are skipped and parameters stay uninitialized (a zero
+    /// tensor if ever read), for a model whose weights come from a checkpoint.
+    pub lazy: bool,
 }
 
 impl Init<'_> {
+    /// An uninitialized parameter of `shape` (zeros if read before it is replaced).
+    fn lazy_param<const D: usize>(&self, shape: [usize; D], trainable: bool) -> Param<Tensor<D>> {
+        Param::uninitialized(
+            burn::module::ParamId::new(),
+            move |dev: &Device, grad: bool| Tensor::<D>::zeros(shape, dev).set_require_grad(grad),
+            self.device.clone(),
+            trainable,
+            burn::tensor::Shape::from(shape),
+        )
+    }
     pub fn tensor<const D: usize>(&self, data: Vec<f32>, shape: [usize; D]) -> Tensor<D> {
         Tensor::from_data(TensorData::new(data, shape), self.device)
     }
@@ -50,13 +63,22 @@ impl Init<'_> {
     }
     /// A parameter that is saved with the model but never trained.
     pub fn constant<const D: usize>(&self, data: Vec<f32>, shape: [usize; D]) -> Param<Tensor<D>> {
+        if self.lazy {
+            return self.lazy_param(shape, false);
+        }
         Param::from_tensor(self.tensor(data, shape)).set_require_grad(false)
     }
     pub fn filled<const D: usize>(&self, value: f32, shape: [usize; D]) -> Param<Tensor<D>> {
+        if self.lazy {
+            return self.lazy_param(shape, true);
+        }
         self.param(vec![value; shape.iter().product()], shape)
     }
     /// N(0, std) from the baseline stream.
     pub fn normal<const D: usize>(&mut self, shape: [usize; D]) -> Param<Tensor<D>> {
+        if self.lazy {
+            return self.lazy_param(shape, true);
+        }
         let n = shape.iter().product();
         let data = self.base.normal(n, self.std);
         self.param(data, shape)
@@ -67,6 +89,9 @@ impl Init<'_> {
         shape: [usize; D],
         std: f64,
     ) -> Param<Tensor<D>> {
+        if self.lazy {
+            return self.lazy_param(shape, true);
+        }
         let n = shape.iter().product();
         let data = self.extra.normal(n, std);
         self.param(data, shape)

@@ -71,12 +71,32 @@ impl Lm {
     /// Build with weights drawn from N(0, init_std) by seeded host RNGs (identical on every
     /// backend).
     pub fn new(cfg: &ModelConfig, vocab: usize, seed: u64, device: &Device) -> Self {
+        Self::build(cfg, vocab, seed, device, false)
+    }
+
+    /// The model's structure with uninitialized parameters, for weights that come from a
+    /// checkpoint (no random draws; nothing is allocated until a parameter is read).
+    pub fn skeleton(cfg: &ModelConfig, vocab: usize, device: &Device) -> Self {
+        Self::build(cfg, vocab, 0, device, true)
+    }
+
+    /// Every parameter's name and shape (the names checkpoints use), without allocating them.
+    pub fn param_shapes(
+        cfg: &ModelConfig,
+        vocab: usize,
+        device: &Device,
+    ) -> std::collections::BTreeMap<String, Vec<usize>> {
+        crate::optim::param_shapes(&Self::skeleton(cfg, vocab, device))
+    }
+
+    fn build(cfg: &ModelConfig, vocab: usize, seed: u64, device: &Device, lazy: bool) -> Self {
         let d = cfg.d_model;
         let mut init = Init {
             base: HostRng::new(seed),
             extra: HostRng::new(seed ^ 0x005e_ed0f_7a41_a7e5),
             std: cfg.resolved_init_std(),
             device,
+            lazy,
         };
         let embed = init.normal([vocab, d]);
         let spa = match cfg.attention.spa.target() {

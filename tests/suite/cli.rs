@@ -148,6 +148,8 @@ fn help_names_every_command() {
             "eval",
             "analyze",
             "dark",
+            "import",
+            "export",
             "generate",
             "stream-eval",
             "sweep",

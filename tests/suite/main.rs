@@ -6,6 +6,7 @@ mod common;
 mod analysis;
 mod cli;
 mod decoding;
+mod interop;
 mod layout;
 mod metrics_golden;
 mod model_golden;

@@ -254,6 +254,32 @@ fn resume_reproduces_every_later_loss() {
     std::fs::write(&rp, older).unwrap();
     train::train(&cut, &opts, &mut |_| {}).unwrap();
     assert_eq!(series(&cut.run_dir(), "train/loss"), a);
+
+    // …and so do its checkpoints, which carry the digest of that older text: a run stopped at
+    // step 3 by an earlier sinklab (simulated: resolved.toml without `devices`, the state's
+    // digest that text's) resumes and ends exactly as the uninterrupted run.
+    let old = tiny_experiment(dir.path(), "old", &[]);
+    let mut stop = quiet();
+    stop.stop_after = Some(3);
+    train::train(&old, &stop, &mut |_| {}).unwrap();
+    let rp = old.run_dir().join("resolved.toml");
+    let older = std::fs::read_to_string(&rp)
+        .unwrap()
+        .replace("devices = 1\n", "");
+    std::fs::write(&rp, &older).unwrap();
+    let digest = {
+        use sha2::{Digest, Sha256};
+        sinklab::data::hex(&Sha256::digest(older.as_bytes()))
+    };
+    for (_, ckpt) in sinklab::checkpoint::list_checkpoints(&old.run_dir()) {
+        let p = ckpt.join("state.json");
+        let mut state: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+        state["config_digest"] = digest.clone().into();
+        std::fs::write(&p, serde_json::to_string(&state).unwrap()).unwrap();
+    }
+    train::train(&old, &opts, &mut |_| {}).unwrap();
+    assert_eq!(series(&old.run_dir(), "train/loss"), a);
 }
 
 #[test]

@@ -451,3 +451,67 @@ fn finite_differences_agree_with_autodiff_for_every_custom_normaliser() {
         }
     }
 }
+
+/// The normalised sigmoid and elu+1 are computed as softmax(log σ(s)) and softmax(log elu1(s)):
+/// with logits near −100 the quotient σ(s)/Σσ(s) underflows to 0/0 and its backward divides by
+/// zero (the CPU attention_ops sweep stopped on a NaN gradient at step 118). Queries and keys
+/// scaled ×300 put the logits in the hundreds; weights and gradients stay finite and rows sum to 1.
+#[test]
+fn normalised_sigmoid_and_elu1_survive_huge_logits() {
+    let dev = common::device().autodiff();
+    for attention in [
+        "normaliser = { kind = \"sigmoid_normalised\" }",
+        "normaliser = { kind = \"elu1_normalised\" }",
+    ] {
+        let e = exp("", attention);
+        let mut w = params(&build(&e, &dev));
+        let mut largest = 0f32;
+        for (k, t) in w.iter_mut() {
+            if k.ends_with("attn.wq.weight") || k.ends_with("attn.wk.weight") {
+                t.data.iter_mut().for_each(|x| *x *= 300.0);
+                largest = t.data.iter().fold(largest, |a, x| a.max(x.abs()));
+            }
+        }
+        assert!(
+            largest > 50.0,
+            "{attention}: the scaled weights are not large"
+        );
+        let m = optim::import_params(build(&e, &dev), &w).unwrap();
+        let (logits, probes) = m.forward_probe(tokens(&dev, 3));
+        let mut largest_logit = 0f32;
+        for p in &probes {
+            let a = p
+                .attn
+                .clone()
+                .unwrap()
+                .to_data()
+                .try_to_vec::<f32>()
+                .unwrap();
+            let c = p.attn.clone().unwrap().dims()[3];
+            for row in a.chunks(c) {
+                let s: f32 = row.iter().sum();
+                assert!((s - 1.0).abs() < 1e-4, "{attention}: a row sums to {s}");
+            }
+            let (q, k) = (p.queries.clone().unwrap(), p.keys.clone().unwrap());
+            let dh = q.dims()[3] as f32;
+            let s = q.matmul(k.swap_dims(2, 3)).abs().max().into_scalar::<f32>() / dh.sqrt();
+            largest_logit = largest_logit.max(s);
+        }
+        assert!(
+            largest_logit > 100.0,
+            "{attention}: logits only reach {largest_logit}"
+        );
+        let mask = Tensor::<2>::ones([2, 7], &dev);
+        let loss = masked_nll(logits, tokens(&dev, 4), mask, 14.0);
+        assert!(loss.clone().into_scalar::<f32>().is_finite(), "{attention}");
+        let mut acc = GradAccumulator::default();
+        acc.add(&m, &loss.backward());
+        for (k, g) in &acc.grads {
+            let g = g.to_data().try_to_vec::<f32>().unwrap();
+            assert!(
+                g.iter().all(|x| x.is_finite()),
+                "{attention}: {k} non-finite"
+            );
+        }
+    }
+}

@@ -187,7 +187,7 @@ fn gain_tags(exp: &Experiment) -> Vec<String> {
     let mut tags = Vec::new();
     let trained_ff = match &exp.model.block {
         BlockConfig::PreNorm { gains } => gains.beta_ff.trainable,
-        BlockConfig::Parallel { gains } => gains.beta_ff.trainable,
+        BlockConfig::Parallel { gains, .. } => gains.beta_ff.trainable,
         BlockConfig::Sas { beta_ff } | BlockConfig::SasP { beta_ff, .. } => beta_ff.trainable,
         BlockConfig::PostNorm {} => false,
     };

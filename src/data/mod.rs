@@ -13,7 +13,7 @@
 //! step s reads exactly the batches the uninterrupted run read.
 
 use crate::config::{DataConfig, TokenizerConfig};
-use crate::tokenizer::Tokenizer;
+use crate::tokenizer::{RegularIds, Tokenizer};
 use anyhow::{Context, Result, anyhow, bail};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -22,17 +22,20 @@ use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+mod text;
+pub use text::text_batch;
+
 pub const DOC_SEPARATOR: &str = "<|doc|>";
 
 /// The embedded corpus (public-domain Shakespeare and Milton), compiled into the binary.
 const EMBEDDED: &[(&str, &str)] = &[
-    ("milton", include_str!("../datasets/embedded/milton.txt")),
+    ("milton", include_str!("../../datasets/embedded/milton.txt")),
     (
         "shakespeare",
-        include_str!("../datasets/embedded/shakespeare.txt"),
+        include_str!("../../datasets/embedded/shakespeare.txt"),
     ),
 ];
-const EMBEDDED_MANIFEST: &str = include_str!("../datasets/embedded/manifest.json");
+const EMBEDDED_MANIFEST: &str = include_str!("../../datasets/embedded/manifest.json");
 
 /// A loaded corpus: domains in name order, each a list of documents.
 pub struct Corpus {
@@ -185,17 +188,28 @@ impl Dataset {
     /// Tokenize and split the configured corpus, reusing the cache when it matches.
     pub fn prepare(cfg: &DataConfig, log: &mut dyn FnMut(&str)) -> Result<Self> {
         let corpus = Corpus::load(&cfg.corpus)?;
-        let key_src = format!(
-            "v1|{}|{:?}|{}",
-            corpus.digest, cfg.tokenizer, cfg.val_fraction
-        );
+        // A tokenizer file counts by its content, not its path.
+        let tok_key = match &cfg.tokenizer {
+            TokenizerConfig::File { path, bos, eot } => {
+                let bytes = std::fs::read(path)
+                    .with_context(|| format!("data.tokenizer.path: reading {}", path.display()))?;
+                format!("file {} {bos:?} {eot:?}", hex(&Sha256::digest(&bytes)))
+            }
+            other => format!("{other:?}"),
+        };
+        let key_src = format!("v1|{}|{tok_key}|{}", corpus.digest, cfg.val_fraction);
         let key = hex(&Sha256::digest(key_src.as_bytes()))[..16].to_string();
         let dir = cfg.cache_dir.join(format!("{}-{key}", corpus.name));
         let meta_path = dir.join("meta.json");
         if meta_path.exists() {
             let meta: PreparedMeta = serde_json::from_str(&std::fs::read_to_string(&meta_path)?)
                 .with_context(|| format!("{}: corrupt cache metadata", meta_path.display()))?;
-            let tokenizer = Tokenizer::load(&dir.join("tokenizer.json"))?;
+            let tokenizer = match &cfg.tokenizer {
+                TokenizerConfig::File { bos, eot, .. } => {
+                    Tokenizer::load_named(&dir.join("tokenizer.json"), bos, eot)?
+                }
+                _ => Tokenizer::load(&dir.join("tokenizer.json"))?,
+            };
             let mut domains = Vec::new();
             for (name, ntrain, nval) in &meta.domains {
                 let train = read_u32s(&dir.join(format!("{name}.train.u32")))?;
@@ -225,6 +239,7 @@ impl Dataset {
         // boundary, matched to the token-level split below.
         let tokenizer = match &cfg.tokenizer {
             TokenizerConfig::Byte {} => Tokenizer::byte()?,
+            TokenizerConfig::File { path, bos, eot } => Tokenizer::load_named(path, bos, eot)?,
             TokenizerConfig::Bpe { vocab_size } => {
                 log(&format!(
                     "data: training byte-level BPE, vocab {vocab_size}"
@@ -336,8 +351,8 @@ pub struct Sampler {
     seed: u64,
     random_positions: Vec<usize>,
     fixed: Option<(usize, u32)>,
-    /// Ids that random tokens are drawn from: [first_regular, vocab).
-    regular_range: (u32, u32),
+    /// Ids that random tokens are drawn from (every non-special id).
+    regular: RegularIds,
 }
 
 impl Sampler {
@@ -404,7 +419,7 @@ impl Sampler {
             seed,
             random_positions: cfg.random_tokens.clone(),
             fixed: cfg.fixed_token.as_ref().map(|f| (f.position, f.token)),
-            regular_range: (2, data.vocab_size() as u32),
+            regular: data.tokenizer.regular_ids(data.vocab_size() as u32),
         })
     }
 
@@ -454,7 +469,7 @@ impl Sampler {
             seq.extend_from_slice(window);
             let mut ignore = vec![false; t + 1];
             for &p in &self.random_positions {
-                seq[p - 1] = rng.gen_range(self.regular_range.0..self.regular_range.1);
+                seq[p - 1] = self.regular.draw(&mut rng);
                 ignore[p - 1] = true;
             }
             if let Some((p, tok)) = self.fixed {
@@ -502,7 +517,7 @@ impl Sampler {
                 }
             };
             for &p in &self.random_positions {
-                set(p, rng.gen_range(self.regular_range.0..self.regular_range.1));
+                set(p, self.regular.draw(&mut rng));
             }
             if let Some((p, tok)) = self.fixed {
                 set(p, tok);
