@@ -8,7 +8,7 @@ Usage (PyTorch lives in its own venv; it is not in scripts/requirements.txt):
     ~/.cache/sinklab-torch-venv/bin/python scripts/bench_torch.py               # defaults below
     ~/.cache/sinklab-torch-venv/bin/python scripts/bench_torch.py --attn sdpa --json
 
-Compare it with `sinklab bench experiments/quickstart.toml` (or any experiment with the same
+Compare it with `sinklab bench experiments/natural_text.toml` (or any experiment with the same
 shapes) on the same machine, with the same number of threads, while nothing else is running.
 
 The model (sinklab's baseline; defaults V=2048, d=128, L=4, H=4, ffn=384, T=128, B=16):

@@ -524,6 +524,11 @@ def normalise(s, vis, nm, m, kinks):
         return e / e.sum(axis=-1, keepdims=True)
     if kind == "elu1":
         return np.where(V, elu1(s), 0.0)
+    if kind == "relu":
+        # Guo et al. (2024): ReLU(s_ij) divided by the number of keys the query sees
+        seen = np.maximum(V.sum(axis=-1, keepdims=True), 1)
+        kinks.see(np.where(V, s, 1.0))
+        return np.where(V, np.maximum(s, 0.0), 0.0) / seen
     if kind == "elu1_normalised":
         e = np.where(V, elu1(s), 0.0)
         return e / e.sum(axis=-1, keepdims=True)
@@ -797,6 +802,8 @@ def build_cases():
     case("sigmoid_normalised", "sigmoid(s) / sum sigmoid(s)",
          attention=att(normaliser={"kind": "sigmoid_normalised"}))
     case("elu1", "elu(s) + 1, unnormalised", attention=att(normaliser={"kind": "elu1"}))
+    case("relu_attention", "ReLU(s) / number of visible keys (Guo et al.)",
+         attention=att(normaliser={"kind": "relu"}))
     case("elu1_normalised", "(elu(s) + 1) / sum", attention=att(normaliser={"kind": "elu1_normalised"}))
     case("linear_identity_none", "linear attention, identity feature map, no normaliser",
          attention=att(normaliser={"kind": "linear", "feature_map": "identity", "normaliser": "none"}))

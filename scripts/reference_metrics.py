@@ -732,7 +732,46 @@ def expected_metrics(name, attn, hidden, keys, values, random_case):
     assert np.allclose(ftm, attn[..., 0].mean(axis=(1, 2, 3)), rtol=0, atol=1e-14)
     expected.update(first_token_mass=ftm, f_attn=sum(ftm) / len(ftm),
                     m_act=max(top[0] for top in hm["top3"]))
+    add_synthetic_metrics(expected, attn, values)
     return expected
+
+
+def value_drain(values):
+    """[l][h] mean_b ||v[l,b,h,0]|| / mean_{b,t>=1} ||v[l,b,h,t]|| (Guo et al.'s value-state drain)."""
+    norms = np.sqrt((values.astype(np.float64) ** 2).sum(-1))  # (L, B, H, T)
+    return (norms[..., 0].mean(axis=1) / norms[..., 1:].mean(axis=(1, 3))).tolist()
+
+
+N_GROUPS = 4
+
+
+def query_groups(B, T):
+    """A fixed (B, T) pattern of query groups 0..N_GROUPS-1 (a synthetic task's triggers)."""
+    b, t = np.meshgrid(np.arange(B), np.arange(T), indexing="ij")
+    return (3 * b + 5 * t) % N_GROUPS
+
+
+def first_by_query(attn, groups):
+    """[l][h][g] mean attn[l,b,h,t,0] over t >= 1 with groups[b,t] = g (None if empty)."""
+    out = []
+    for l in range(attn.shape[0]):
+        heads = []
+        for h in range(attn.shape[2]):
+            col = attn[l, :, h, 1:, 0]  # (B, T-1)
+            g = groups[:, 1:]
+            heads.append([float(col[g == k].mean()) if (g == k).any() else None
+                          for k in range(N_GROUPS)])
+        out.append(heads)
+    return out
+
+
+def add_synthetic_metrics(expected, attn, values):
+    L, B, H, T, _ = attn.shape
+    groups = query_groups(B, T)
+    expected["value_drain"] = value_drain(values)
+    expected["query_groups"] = {"shape": [B, T], "n_groups": N_GROUPS,
+                                "data": [int(x) for x in groups.ravel()]}
+    expected["first_by_query"] = first_by_query(attn, groups)
 
 
 def build_case(name, desc, attn, hidden, keys, values, random_case):
@@ -803,7 +842,10 @@ def main():
         "generated_by": "python3 scripts/reference_metrics.py",
         "eps": EPS_GRID,
         "k_max": K_MAX,
-        "conventions": ("inputs are float32 (shortest round-trip decimals, row-major with shape); "
+        "conventions": ("value_drain[l][h] = mean_b |v[l,b,h,0]| / mean_{b,t>=1} |v[l,b,h,t]|; "
+                        "first_by_query[l][h][g] = mean attn[l,b,h,t,0] over t >= 1 with query_groups[b,t] = g "
+                        "(null if none); "
+                        "inputs are float32 (shortest round-trip decimals, row-major with shape); "
                         "expected values are float64 computed from those float32 values; "
                         "sink_rate[eps][k] is position k+1, k < min(k_max, T); "
                         "median of an even count is the mean of the two middle values"),

@@ -98,6 +98,22 @@ def adamw_quadratic(p0, steps, lr, betas, eps, wd, clip, decayed):
     return params
 
 
+def sgd_quadratic(p0, steps, lr, momentum, wd, clip, decayed):
+    """SGD with momentum (PyTorch's rule: L2 weight decay added to the gradient, buffer = the
+    gradient at the first step) on L = 0.5 Σ p², with global-norm clipping of the loss gradient."""
+    params = {k: v.copy() for k, v in p0.items()}
+    buf = {}
+    for _ in range(steps):
+        grads = {k: p.copy() for k, p in params.items()}
+        norm = math.sqrt(sum(float((g * g).sum()) for g in grads.values()))
+        scale = clip / (norm + 1e-6) if norm > clip else 1.0
+        for k in params:
+            g = grads[k] * scale + (wd if k in decayed else 0.0) * params[k]
+            buf[k] = momentum * buf[k] + g if k in buf else g
+            params[k] = params[k] - lr * buf[k]
+    return params
+
+
 def flat(a):
     return {"shape": list(a.shape), "data": [float(x) for x in np.asarray(a, dtype=np.float64).ravel()]}
 
@@ -132,6 +148,9 @@ def main():
     opt = dict(lr=0.05, betas=[0.9, 0.95], eps=1e-8, weight_decay=0.1, grad_clip=1.0, steps=3)
     after = adamw_quadratic(p0, opt["steps"], opt["lr"], opt["betas"], opt["eps"], opt["weight_decay"],
                             opt["grad_clip"], decayed={"mat"})
+    sgd = dict(lr=0.05, momentum=0.9, weight_decay=0.1, grad_clip=1.0, steps=3)
+    after_sgd = sgd_quadratic(p0, sgd["steps"], sgd["lr"], sgd["momentum"], sgd["weight_decay"],
+                              sgd["grad_clip"], decayed={"mat"})
     out = {
         "generated_by": "python3 scripts/reference_model.py",
         "numpy_version": np.__version__,
@@ -145,6 +164,8 @@ def main():
         "loss": loss,
         "adamw": {"config": opt, "initial": {k: flat(v) for k, v in p0.items()},
                   "after": {k: flat(v) for k, v in after.items()}},
+        "sgd": {"config": sgd, "initial": {k: flat(v) for k, v in p0.items()},
+                "after": {k: flat(v) for k, v in after_sgd.items()}},
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=None, sort_keys=True) + "\n")

@@ -11,7 +11,7 @@ use crate::backend;
 use crate::config::{DeviceKind, Experiment};
 use crate::data::Batch;
 use crate::model::{self, Lm};
-use crate::optim::{self, AdamW};
+use crate::optim::{self, Optimizer};
 use crate::parallel::Workers;
 use crate::train;
 use anyhow::Result;
@@ -90,7 +90,7 @@ pub fn run(
 ) -> Result<BenchResult> {
     let device = backend::device(exp.run.device)?.autodiff();
     let mut model = Lm::new(&exp.model, vocab, exp.run.seed, &device);
-    let mut adam = AdamW::new(&exp.optim);
+    let mut adam = Optimizer::new(&exp.optim);
     let (b, t) = (exp.train.micro_batch, exp.model.ctx);
     let accum = exp.accumulation();
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(0);

@@ -83,7 +83,9 @@ pub fn probe_metrics(
 ) -> SinkReport {
     let proxy = Proxy::for_normaliser(&exp.model.attention.normaliser);
     let layers = probe_layers(model, probe, chunk, proxy, device, None, false);
-    SinkReport::compute(&layers, &exp.metrics.eps, exp.metrics.k_max)
+    let groups = crate::data::query_groups(&exp.data, &probe.inputs);
+    let groups = groups.as_ref().map(|(g, n)| (g.as_slice(), *n));
+    SinkReport::compute_split(&layers, &exp.metrics.eps, exp.metrics.k_max, groups)
 }
 
 /// Host copies of every layer's probe tensors for a batch (attention through `proxy`, split

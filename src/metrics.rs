@@ -80,7 +80,9 @@ impl Proxy {
             | NormaliserConfig::SigmoidNormalised {}
             | NormaliserConfig::Elu1Normalised {} => Proxy::Weights,
             NormaliserConfig::SoftmaxN { .. } => Proxy::ImplicitSlot,
-            NormaliserConfig::Sigmoid { .. } | NormaliserConfig::Elu1 {} => Proxy::NonNegative,
+            NormaliserConfig::Sigmoid { .. }
+            | NormaliserConfig::Elu1 {}
+            | NormaliserConfig::Relu {} => Proxy::NonNegative,
             NormaliserConfig::Linear { feature_map, .. } => match feature_map {
                 FeatureMap::Elu1 => Proxy::NonNegative,
                 FeatureMap::Identity | FeatureMap::Mlp => Proxy::Signed,
@@ -324,6 +326,56 @@ pub fn first_vs_rest_norms(x: &Array) -> (f64, f64) {
     )
 }
 
+/// Value-state drain per head (Guo et al. 2024): `mean_b ‖v_{b,h,1}‖ / mean_{b,t≥2} ‖v_{b,h,t}‖`
+/// for values (B, H, T, d_h), as `[head]`. A sink head drives the value of the token it parks
+/// on towards 0, so the ratio falls well below 1 as the sink forms.
+pub fn value_drain(x: &Array) -> Vec<f64> {
+    let [b, h, t, dh] = x.shape[..] else {
+        panic!("values must be (B, H, T, d_h), got {:?}", x.shape)
+    };
+    let (mut first, mut rest) = (vec![0.0; h], vec![0.0; h]);
+    for (i, seq) in x.data.chunks_exact(t * dh).enumerate() {
+        first[i % h] += l2(&seq[..dh]);
+        rest[i % h] += seq[dh..].chunks_exact(dh).map(l2).sum::<f64>();
+    }
+    first
+        .iter()
+        .zip(&rest)
+        .map(|(f, r)| (f / b as f64) / (r / (b * (t - 1)).max(1) as f64))
+        .collect()
+}
+
+/// Attention to the first token split by query group (Guo et al.'s dormant vs active heads):
+/// `[head][g]` = mean of `α_{t,1}` over queries t ≥ 2 in group g, for attention (B, H, T, T)
+/// and `groups` (B, T) row-major with values < `n_groups`; NaN where a group is empty. On
+/// Bigram-Backcopy group 0 is the non-trigger queries (where a copying head is dormant) and
+/// group 1 + i the queries whose input is trigger i (where the head that copies for it is active).
+pub fn first_by_query(attn: &Array, groups: &[usize], n_groups: usize) -> Vec<Vec<f64>> {
+    let [b, h, t, _] = attn.shape[..] else {
+        panic!("attention must be (B, H, T, T), got {:?}", attn.shape)
+    };
+    assert_eq!(groups.len(), b * t, "query groups must be (B, T)");
+    let mut sums = vec![vec![0.0f64; n_groups]; h];
+    let mut counts = vec![vec![0usize; n_groups]; h];
+    for (i, rows) in attn.data.chunks_exact(t * t).enumerate() {
+        let (bi, hi) = (i / h, i % h);
+        for q in 1..t {
+            let g = groups[bi * t + q];
+            sums[hi][g] += rows[q * t] as f64;
+            counts[hi][g] += 1;
+        }
+    }
+    sums.iter()
+        .zip(&counts)
+        .map(|(s, c)| {
+            s.iter()
+                .zip(c)
+                .map(|(s, &c)| if c == 0 { f64::NAN } else { s / c as f64 })
+                .collect()
+        })
+        .collect()
+}
+
 /// Host copies of what the probe path recorded for one layer.
 pub struct LayerArrays {
     /// Real queries on real keys (B, H, T, T), after the proxy.
@@ -361,6 +413,11 @@ pub struct SinkReport {
     pub first_mass: Vec<f64>,
     /// [layer] mean output gate.
     pub gate_mean: Vec<Option<f64>>,
+    /// [layer][head] value-state drain ‖v₁‖ / mean ‖v_{t≥2}‖.
+    pub value_drain: Vec<Vec<f64>>,
+    /// [layer][head][group] mean α to token 1 by query group ([`first_by_query`]), when the
+    /// probe batch has query groups (a synthetic task: 0 = no trigger, 1 + i = trigger i).
+    pub first_by_query: Option<Vec<Vec<Vec<f64>>>>,
 }
 
 /// Format an ε for metric names: 0.3 → "0.3".
@@ -371,6 +428,17 @@ pub fn eps_name(eps: f64) -> String {
 
 impl SinkReport {
     pub fn compute(layers: &[LayerArrays], eps_grid: &[f64], k_max: usize) -> Self {
+        Self::compute_split(layers, eps_grid, k_max, None)
+    }
+
+    /// [`SinkReport::compute`] with the queries in groups ((B, T) group ids, number of groups;
+    /// the synthetic task's triggers): adds [`SinkReport::first_by_query`].
+    pub fn compute_split(
+        layers: &[LayerArrays],
+        eps_grid: &[f64],
+        k_max: usize,
+        groups: Option<(&[usize], usize)>,
+    ) -> Self {
         let imps: Vec<_> = layers.iter().map(|l| importance(&l.attn)).collect();
         let sink_rate = eps_grid
             .iter()
@@ -421,6 +489,13 @@ impl SinkReport {
                 .iter()
                 .map(|l| first_vs_rest_norms(&l.values))
                 .collect(),
+            value_drain: layers.iter().map(|l| value_drain(&l.values)).collect(),
+            first_by_query: groups.map(|(g, n)| {
+                layers
+                    .iter()
+                    .map(|l| first_by_query(&l.attn, g, n))
+                    .collect()
+            }),
         }
     }
 
@@ -451,6 +526,8 @@ impl SinkReport {
     /// `act/massive_count/layer{ll}`, `kv/key_norm_{first,rest}/layer{ll}`,
     /// `kv/value_norm_{first,rest}/layer{ll}`; with slots `sink/slot_rate_eps{ε}` (Sink₁*) and
     /// `sink/slot_mass/layer{ll}`; `attn/first_token_mass/layer{ll}` and `attn/f_attn`;
+    /// `kv/value_drain/layer{ll}_head{hh}`; on a synthetic task
+    /// `bb/attn_first_{dormant,trigger{i}}/layer{ll}_head{hh}`;
     /// `act/m_act`; with gates `attn/gate_mean/layer{ll}`.
     pub fn scalars(&self) -> Vec<(String, f64)> {
         let mut out = Vec::new();
@@ -495,6 +572,22 @@ impl SinkReport {
         }
         for (l, m) in self.first_mass.iter().enumerate() {
             out.push((format!("attn/first_token_mass/layer{l:02}"), *m));
+        }
+        for (l, heads) in self.value_drain.iter().enumerate() {
+            for (h, v) in heads.iter().enumerate() {
+                out.push((format!("kv/value_drain/layer{l:02}_head{h:02}"), *v));
+            }
+        }
+        for (l, heads) in self.first_by_query.iter().flatten().enumerate() {
+            for (h, by_group) in heads.iter().enumerate() {
+                for (g, v) in by_group.iter().enumerate() {
+                    let kind = match g {
+                        0 => "dormant".to_string(),
+                        _ => format!("trigger{}", g - 1),
+                    };
+                    out.push((format!("bb/attn_first_{kind}/layer{l:02}_head{h:02}"), *v));
+                }
+            }
         }
         out.push(("attn/f_attn".to_string(), self.f_attn()));
         out.push(("act/m_act".to_string(), self.m_act()));

@@ -14,7 +14,7 @@
 //! that name, so a checkpoint is plain named tensors.
 
 use crate::checkpoint::HostTensor;
-use crate::config::{DecayPolicy, OptimConfig, ScheduleConfig};
+use crate::config::{Algorithm, DecayPolicy, OptimConfig, ScheduleConfig};
 use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
 use burn::tensor::{Device, Gradients, Tensor, TensorData};
 use std::collections::BTreeMap;
@@ -323,15 +323,16 @@ impl GradAccumulator {
     }
 }
 
-/// AdamW state: first and second moments per parameter name (flattened), and the step count.
-pub struct AdamW {
+/// Optimiser state per parameter name (flattened) and the step count: AdamW's first and
+/// second moments (`m`, `v`), or SGD's momentum buffer (in `m`).
+pub struct Optimizer {
     pub cfg: OptimConfig,
     pub t: u64,
     pub m: BTreeMap<String, Tensor<1>>,
     pub v: BTreeMap<String, Tensor<1>>,
 }
 
-impl AdamW {
+impl Optimizer {
     pub fn new(cfg: &OptimConfig) -> Self {
         Self {
             cfg: cfg.clone(),
@@ -353,7 +354,7 @@ impl AdamW {
         self.t += 1;
         struct Mp<'a> {
             path: PathStack,
-            opt: &'a mut AdamW,
+            opt: &'a mut Optimizer,
             grads: &'a GradAccumulator,
             lr: f64,
             scale: f64,
@@ -372,6 +373,26 @@ impl AdamW {
                 };
                 let (id, tensor, mapper) = param.consume();
                 let c = &self.opt.cfg;
+                if let Algorithm::Sgd { momentum } = c.algorithm {
+                    // g ← g + wd·p; b ← μ b + g (b = g at the first step); p ← p − lr·b
+                    let shape = tensor.dims();
+                    let n = g.dims()[0];
+                    let p = tensor.inner().reshape([n]);
+                    let mut g = g.clone() * self.scale;
+                    if decays(c.decay, &name, D) && c.weight_decay != 0.0 {
+                        g = g + p.clone() * c.weight_decay;
+                    }
+                    let b = match self.opt.m.remove(&name) {
+                        Some(b) if momentum != 0.0 => b * momentum + g,
+                        _ => g,
+                    };
+                    let p = p - b.clone() * self.lr;
+                    if momentum != 0.0 {
+                        self.opt.m.insert(name, b);
+                    }
+                    let new = Tensor::<D>::from_inner(p.reshape(shape)).require_grad();
+                    return Param::from_mapped_value(id, new, mapper);
+                }
                 let [b1, b2] = c.betas;
                 let t = self.opt.t as i32;
                 let shape = tensor.dims();
@@ -420,7 +441,7 @@ impl AdamW {
         module.map(&mut mp)
     }
 
-    /// Moments as host tensors (`m.NAME`, `v.NAME`), for checkpoints.
+    /// The state as host tensors (`m.NAME`, `v.NAME`), for checkpoints.
     pub fn export(&self) -> BTreeMap<String, HostTensor> {
         let mut out = BTreeMap::new();
         for (prefix, map) in [("m", &self.m), ("v", &self.v)] {

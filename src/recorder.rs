@@ -3,11 +3,72 @@
 
 use crate::checkpoint;
 use crate::metrics::SinkReport;
-use crate::tensorboard::{EventWriter, heatmap_rgb};
+use crate::tensorboard::{EventWriter, heatmap_rgb, plugins};
 use anyhow::{Context, Result};
 use std::io::Write;
 use std::path::Path;
 use std::time::Instant;
+
+/// The Custom Scalars dashboard of a run: the curves a sink study compares on one chart each.
+fn layout() -> Vec<u8> {
+    let re = |xs: &[&str]| xs.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    let eps = regex_escape(&crate::metrics::eps_name(crate::metrics::HEADLINE_EPS));
+    plugins::layout(&[
+        (
+            "sinks",
+            vec![
+                ("Sink₁ at every ε", re(&[r"sink/rate_eps[^/]+/pos01$"])),
+                (
+                    "Sink_k at the headline ε, k = 1..k_max",
+                    vec![format!(r"sink/rate_eps{eps}/pos\d+$")],
+                ),
+                (
+                    "attention to token 1, by layer",
+                    re(&[r"attn/first_token_mass/.*", r"attn/f_attn"]),
+                ),
+                (
+                    "value drain ‖v₁‖ / mean ‖v_t‖, by head",
+                    re(&[r"kv/value_drain/.*"]),
+                ),
+                (
+                    "massive activations: ‖h₁‖ / mean ‖h_t‖, by layer",
+                    re(&[r"act/norm_ratio/.*"]),
+                ),
+            ],
+        ),
+        (
+            "loss",
+            vec![
+                (
+                    "training and validation loss",
+                    re(&[r"train/loss$", r"val/loss.*"]),
+                ),
+                ("synthetic task: copy vs bigram loss", re(&[r"bb/loss_.*"])),
+                (
+                    "synthetic task: attention to BOS, dormant vs active queries",
+                    re(&[r"bb/attn_first_.*"]),
+                ),
+            ],
+        ),
+    ])
+}
+
+fn regex_escape(s: &str) -> String {
+    s.replace('.', r"\.")
+}
+
+/// Delete the TensorBoard event files directly in `dir` (an earlier attempt of a run that is
+/// starting afresh); nothing else is touched.
+pub fn remove_event_files(dir: &Path) {
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let name = entry.file_name();
+        if name.to_string_lossy().starts_with("events.out.tfevents.")
+            && entry.file_type().is_ok_and(|t| t.is_file())
+        {
+            std::fs::remove_file(entry.path()).ok();
+        }
+    }
+}
 
 /// Writes scalars to TensorBoard and `metrics.jsonl` together.
 pub struct Recorder {
@@ -40,11 +101,14 @@ impl Recorder {
             .append(true)
             .open(&path)
             .with_context(|| format!("opening {}", path.display()))?;
-        let mut tb = EventWriter::create(&run_dir.join("tb"))
+        // Event files live in the run directory itself, so that `tensorboard --logdir runs`
+        // lists the run under its own name.
+        let mut tb = EventWriter::create(run_dir)
             .with_context(|| format!("creating TensorBoard writer in {}", run_dir.display()))?;
         // A session start at the resume step makes TensorBoard's Python loader drop any points
         // a killed run wrote after its last checkpoint.
         tb.add_session_start(resume_step.unwrap_or(0) as i64)?;
+        tb.add_layout(&layout())?;
         Ok(Self {
             tb,
             jsonl,

@@ -18,7 +18,7 @@ use crate::checkpoint::{self, HostTensor};
 use crate::config::{self, DeviceKind, Experiment};
 use crate::data;
 use crate::model::Lm;
-use crate::optim::{self, AdamW};
+use crate::optim::{self, Optimizer};
 use anyhow::{Context, Result, anyhow, bail};
 use burn::tensor::Device;
 use serde::{Deserialize, Serialize};
@@ -201,7 +201,7 @@ pub fn start(exp: &Experiment, resume: bool) -> Result<Start> {
         // A fresh start (also `--resume` of a run killed before its first checkpoint): records
         // of an earlier attempt would duplicate steps.
         std::fs::remove_file(run_dir.join("metrics.jsonl")).ok();
-        std::fs::remove_dir_all(run_dir.join("tb")).ok();
+        crate::recorder::remove_event_files(&run_dir);
     }
     let resumed_step = resume_from.as_ref().map(|(s, _)| *s);
     checkpoint::write_atomic(&resolved_path, exp.to_toml().as_bytes())?;
@@ -258,7 +258,7 @@ pub fn restore(
     previous_digest: Option<&str>,
     dir: &Path,
     model: Lm,
-    adam: &mut AdamW,
+    adam: &mut Optimizer,
     device: &Device,
 ) -> Result<(Lm, u64)> {
     let state = read_state(dir)?;
@@ -285,7 +285,7 @@ pub fn save_checkpoint(
     run_dir: &Path,
     exp: &Experiment,
     model: &Lm,
-    adam: &AdamW,
+    adam: &Optimizer,
     step: u64,
     vocab: usize,
 ) -> Result<()> {

@@ -1,4 +1,5 @@
-//! Tokenizers: byte-level (one id per UTF-8 byte) and byte-level BPE, both expressed as a
+//! Tokenizers: byte-level (one id per UTF-8 byte), byte-level BPE and a word-level vocabulary
+//! for generated tasks (tokens separated by spaces), all expressed as a
 //! Hugging Face `tokenizers` pipeline so that the saved `tokenizer.json` loads in Python's
 //! `tokenizers` and gives identical ids.
 //!
@@ -9,8 +10,10 @@
 use anyhow::{Context, Result, anyhow};
 use std::path::Path;
 use tokenizers::models::bpe::{BPE, BpeTrainerBuilder, Vocab};
+use tokenizers::models::wordlevel::WordLevel;
 use tokenizers::models::{ModelWrapper, TrainerWrapper};
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+use tokenizers::pre_tokenizers::whitespace::WhitespaceSplit;
 use tokenizers::{AddedToken, Tokenizer as HfTokenizer};
 
 pub const BOS: &str = "<|bos|>";
@@ -137,6 +140,27 @@ impl Tokenizer {
             .build()
             .map_err(|e| anyhow!("building byte tokenizer: {e}"))?;
         let mut tok = assemble(model);
+        tok.add_special_tokens(specials())
+            .map_err(|e| anyhow!("{e}"))?;
+        Self::from_hf(tok)
+    }
+
+    /// A word-level tokenizer: ids 0, 1 for the specials, `words[i]` ↦ i + 2; text is the
+    /// words separated by spaces (a generated task's vocabulary).
+    pub fn word_level(words: &[String]) -> Result<Self> {
+        let mut vocab = Vocab::default();
+        vocab.insert(BOS.into(), 0);
+        vocab.insert(EOT.into(), 1);
+        for (i, w) in words.iter().enumerate() {
+            vocab.insert(w.clone(), i as u32 + 2);
+        }
+        let model = WordLevel::builder()
+            .vocab(vocab)
+            .unk_token(EOT.into())
+            .build()
+            .map_err(|e| anyhow!("building word-level tokenizer: {e}"))?;
+        let mut tok = HfTokenizer::new(model);
+        tok.with_pre_tokenizer(Some(WhitespaceSplit));
         tok.add_special_tokens(specials())
             .map_err(|e| anyhow!("{e}"))?;
         Self::from_hf(tok)

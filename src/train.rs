@@ -9,7 +9,7 @@ use crate::data::{self, Batch, Dataset, Sampler};
 use crate::eval::{batch_tensors, eval_loss, probe_metrics};
 use crate::metrics::HEADLINE_EPS;
 use crate::model::{self, Lm};
-use crate::optim::{self, AdamW, GradAccumulator};
+use crate::optim::{self, GradAccumulator, Optimizer};
 use crate::parallel::{self, Workers};
 use crate::recorder::Recorder;
 use crate::run;
@@ -145,7 +145,7 @@ struct Trainer<'a> {
     /// Taken out only while an optimizer step replaces it (AdamW consumes the model, so that
     /// parameters it alone holds are updated in place).
     model: Option<Lm>,
-    adam: AdamW,
+    adam: Optimizer,
     /// The autodiff device training runs on, and its plain counterpart for evaluation.
     device: Device,
     base_device: Device,
@@ -236,7 +236,7 @@ impl<'a> Trainer<'a> {
         let base_device = backend::device(exp.run.device)?;
         let device = base_device.clone().autodiff();
         let mut model = Lm::new(&exp.model, vocab, exp.run.seed, &device);
-        let mut adam = AdamW::new(&exp.optim);
+        let mut adam = Optimizer::new(&exp.optim);
         let mut start_step = 0;
         if let Some((_, dir)) = &start.resume_from {
             let (restored, step) = run::restore(
@@ -396,6 +396,17 @@ impl<'a> Trainer<'a> {
         if let Some(plain) = &self.val_plain {
             let u = eval_loss(self.model(), plain, chunk, &self.base_device);
             scalars.push(("val/loss_unchanged".to_string(), u));
+        }
+        if let Some((copy, bigram)) = data::split_targets(&self.exp.data, &self.val) {
+            let dev = &self.base_device;
+            scalars.push((
+                "bb/loss_copy".into(),
+                eval_loss(self.model(), &copy, chunk, dev),
+            ));
+            scalars.push((
+                "bb/loss_bigram".into(),
+                eval_loss(self.model(), &bigram, chunk, dev),
+            ));
         }
         self.rec.scalars(step, &scalars)?;
         self.summary.last_val_loss = Some(v);

@@ -59,7 +59,7 @@ impl Output {
         let (run_dir, step) = (&run.run_dir, run.state.step);
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let tb = if tb {
-            Some(EventWriter::create(&run_dir.join("tb"))?)
+            Some(EventWriter::create(run_dir)?)
         } else {
             None
         };

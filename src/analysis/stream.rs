@@ -242,7 +242,7 @@ pub fn stream_eval(
     })?;
     crate::plot::save(&dir.join("stream_ppl.png"), &png)?;
     if o.tensorboard {
-        let mut tb = crate::tensorboard::EventWriter::create(&run.run_dir.join("tb"))?;
+        let mut tb = crate::tensorboard::EventWriter::create(&run.run_dir)?;
         let step = run.state.step as i64;
         let tag = |r: &StreamRow| {
             r.name

@@ -61,6 +61,14 @@ pub fn run(a: Args) -> Result<()> {
     };
     let model = burn::module::Module::valid(&run.model);
     let out = generate::generate(&model, &ids, a.tokens, &sampling, policy, &run.device)?;
-    println!("{}{}", a.prompt, run.data.tokenizer.decode(&out)?);
+    // Decode prompt and continuation together (a word-level tokenizer puts the space between
+    // them); fall back to prompt + continuation when the prompt does not round-trip.
+    let tok = &run.data.tokenizer;
+    let prompt_ids = &ids[usize::from(run.exp.data.bos)..];
+    let whole = tok.decode(&[prompt_ids, &out[..]].concat())?;
+    match whole.starts_with(&a.prompt) {
+        true => println!("{whole}"),
+        false => println!("{}{}", a.prompt, tok.decode(&out)?),
+    }
     Ok(())
 }

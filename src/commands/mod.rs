@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
     long_about = "sinklab trains causal LMs defined in strict TOML experiment files and measures \
                   attention sinks (Sink_k^ε, first-token importance, massive activations) while they \
                   train, writing TensorBoard events and metrics.jsonl.\n\nQuickstart:\n  \
-                  sinklab train experiments/quickstart.toml\n  tensorboard --logdir runs"
+                  sinklab train experiments/quickstart.toml   (an attention sink forms in under a minute)\n  tensorboard --logdir runs"
 )]
 pub struct Cli {
     #[command(subcommand)]

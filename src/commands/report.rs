@@ -7,7 +7,9 @@ use std::path::PathBuf;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// A sweep directory (holding sweep.json).
+    /// A sweep directory (holding sweep.json): the sweep's tables and plots. Or a run
+    /// directory: its curves as PNG charts in RUN/plots/ (Sink₁ at every ε, per-head attention
+    /// to token 1, losses, value drain and massive-activation ratio) and a table at a few steps.
     pub dir: PathBuf,
     /// ε of the Sink1 reported (must be one of the runs' metrics.eps).
     #[arg(long, default_value_t = HEADLINE_EPS)]
@@ -18,6 +20,12 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<()> {
+    if !a.dir.join("sweep.json").exists() && a.dir.join("metrics.jsonl").exists() {
+        let md = report::run_curves(&a.dir)?;
+        println!("{md}");
+        println!("wrote {}/plots/", a.dir.display());
+        return Ok(());
+    }
     let md = report::report(&a.dir, a.eps, a.threshold)?;
     println!("{md}");
     println!(

@@ -259,6 +259,9 @@ pub enum NormaliserConfig {
     Elu1 {},
     /// `(elu(s_ij) + 1) / Σ_j (elu(s_ij) + 1)`.
     Elu1Normalised {},
+    /// `ReLU(s_ij) / n_i`, n_i = the keys query i sees (i + 1 under the causal mask): Guo et al.
+    /// (2024)'s ReLU attention, which solves Bigram-Backcopy without a sink. Rows do not sum to 1.
+    Relu {},
     /// `φ(q_i)·φ(k_j)/sqrt(d_h)`, optionally divided by `max(|Σ_j|, 1)` or by `Σ_j + 1e-8`
     /// (Gu et al. Table 6 and their code).
     Linear {

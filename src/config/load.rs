@@ -316,10 +316,22 @@ pub fn from_str(name: &str, text: &str) -> Result<Experiment, ConfigErrors> {
 }
 
 /// Fill the defaults that depend on other keys into a merged experiment table, before it is
-/// deserialized (so that `resolved.toml` records them): a SAS / SAS-P block without `beta_ff`
+/// deserialized (so that `resolved.toml` records them): `data.synthetic.length` =
+/// `model.ctx + 1`; a SAS / SAS-P block without `beta_ff`
 /// gets `{ init = sas_beta_ff_init(model.n_layers), trainable = true }`. Values of the wrong
 /// type are left alone for deserialization to report.
 fn fill_dependent_defaults(table: &mut toml::Table) {
+    // data.synthetic.length: model.ctx + 1 (one training window per generated record)
+    let ctx = match table.get("model").and_then(|m| m.get("ctx")) {
+        Some(toml::Value::Integer(c)) if *c > 0 => *c,
+        _ => ModelConfig::default().ctx as i64,
+    };
+    if let Some(toml::Value::Table(data)) = table.get_mut("data")
+        && let Some(toml::Value::Table(syn)) = data.get_mut("synthetic")
+        && !syn.contains_key("length")
+    {
+        syn.insert("length".into(), toml::Value::Integer(ctx + 1));
+    }
     let Some(toml::Value::Table(model)) = table.get_mut("model") else {
         return;
     };

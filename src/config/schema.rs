@@ -110,6 +110,59 @@ pub struct DataConfig {
     pub fixed_token: Option<FixedToken>,
     /// Where prepared token shards are cached (keyed by a hash of what determines them).
     pub cache_dir: PathBuf,
+    /// A generated task instead of the text corpus (then `corpus` and `tokenizer` are not
+    /// used and must stay at their defaults): `{ kind = "bigram_backcopy", ... }`.
+    pub synthetic: Option<SyntheticConfig>,
+}
+
+/// `data.synthetic`: a generated task.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum SyntheticConfig {
+    /// Guo et al. (2024)'s Bigram-Backcopy task (`src/data/synthetic.rs`).
+    BigramBackcopy(BigramBackcopy),
+}
+
+/// Bigram-Backcopy over a Zipf–Dirichlet bigram chain. Token ids: `<|bos|>` = 0,
+/// `<|endoftext|>` = 1, then `t0`..`t{vocab−1}` (the triggers are `t0`..).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BigramBackcopy {
+    /// Ordinary tokens.
+    pub vocab: usize,
+    /// The most frequent tokens `0..triggers` are triggers.
+    pub triggers: usize,
+    /// Copy offsets: trigger i copies the token `offsets[i mod len]` positions before it
+    /// (`[1]`: the paper's task).
+    pub offsets: Vec<usize>,
+    /// Exponent of the Zipf unigram π_r ∝ r^−zipf.
+    pub zipf: f64,
+    /// Every bigram row is drawn from Dirichlet(concentration · π).
+    pub concentration: f64,
+    /// Seed of the bigram matrix (the task itself, not the data order).
+    pub task_seed: u64,
+    /// Training sequences generated (each an independent draw); validation gets
+    /// `val_fraction` as many more.
+    pub sequences: usize,
+    /// Tokens per generated sequence, BOS not included (at least model.ctx + 1). Absent:
+    /// model.ctx + 1, written out in resolved.toml.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub length: Option<usize>,
+}
+
+impl Default for BigramBackcopy {
+    fn default() -> Self {
+        Self {
+            vocab: 64,
+            triggers: 3,
+            offsets: vec![1],
+            zipf: 1.0,
+            concentration: 16.0,
+            task_seed: 0,
+            sequences: 65536,
+            length: None,
+        }
+    }
 }
 
 impl Default for DataConfig {
@@ -124,6 +177,7 @@ impl Default for DataConfig {
             random_tokens: vec![],
             fixed_token: None,
             cache_dir: "runs/_cache".into(),
+            synthetic: None,
         }
     }
 }
@@ -175,13 +229,19 @@ impl Default for TokenizerConfig {
     }
 }
 
-/// `[optim]`: AdamW with decoupled weight decay, LR schedule and global-norm clipping.
+/// `[optim]`: AdamW with decoupled weight decay (or SGD with momentum), LR schedule and
+/// global-norm clipping.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct OptimConfig {
+    /// The update rule: AdamW (default) or SGD with momentum (Guo et al. 2024: SGD keeps the
+    /// residual-state peak from forming).
+    pub algorithm: Algorithm,
     /// Peak learning rate.
     pub lr: f64,
+    /// AdamW's β₁, β₂ (not used by SGD).
     pub betas: [f64; 2],
+    /// AdamW's ε (not used by SGD).
     pub eps: f64,
     pub weight_decay: f64,
     /// Which parameters weight decay touches.
@@ -194,6 +254,7 @@ pub struct OptimConfig {
 impl Default for OptimConfig {
     fn default() -> Self {
         Self {
+            algorithm: Algorithm::default(),
             lr: 3e-3,
             betas: [0.9, 0.95],
             eps: 1e-8,
@@ -202,6 +263,23 @@ impl Default for OptimConfig {
             grad_clip: Some(1.0),
             schedule: ScheduleConfig::default(),
         }
+    }
+}
+
+/// The optimiser's update rule.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Algorithm {
+    /// Adam with decoupled weight decay: `p ← p(1 − lr·wd) − lr·m̂/(√v̂ + ε)`.
+    Adamw {},
+    /// SGD with momentum μ and weight decay as an L2 term in the gradient (PyTorch's `SGD`):
+    /// `g ← g + wd·p; b ← μ b + g` (b = g at the first step); `p ← p − lr·b`.
+    Sgd { momentum: f64 },
+}
+
+impl Default for Algorithm {
+    fn default() -> Self {
+        Algorithm::Adamw {}
     }
 }
 
@@ -329,6 +407,7 @@ pub fn normaliser_name(n: &NormaliserConfig) -> &'static str {
         NormaliserConfig::SoftmaxN { .. } => "softmax_n",
         NormaliserConfig::Sigmoid { .. } => "sigmoid",
         NormaliserConfig::SigmoidNormalised {} => "sigmoid_normalised",
+        NormaliserConfig::Relu {} => "relu",
         NormaliserConfig::Elu1 {} => "elu1",
         NormaliserConfig::Elu1Normalised {} => "elu1_normalised",
         NormaliserConfig::Linear { .. } => "linear",

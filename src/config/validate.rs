@@ -342,6 +342,66 @@ impl Experiment {
                 );
             }
         }
+        if let Some(SyntheticConfig::BigramBackcopy(bb)) = &d.synthetic {
+            let dflt = DataConfig::default();
+            if d.corpus != dflt.corpus || d.tokenizer != dflt.tokenizer {
+                bad(
+                    "data.synthetic",
+                    "a generated task brings its own tokens: leave data.corpus and data.tokenizer unset".into(),
+                );
+            }
+            let p = |k: &str| format!("data.synthetic.{k}");
+            if bb.vocab < 2 || bb.vocab > 65_000 {
+                bad(
+                    &p("vocab"),
+                    format!("found {}, expected 2..=65000", bb.vocab),
+                );
+            }
+            if bb.triggers == 0 || bb.triggers >= bb.vocab {
+                bad(
+                    &p("triggers"),
+                    format!(
+                        "found {}, expected 1..{} (fewer than data.synthetic.vocab)",
+                        bb.triggers, bb.vocab
+                    ),
+                );
+            }
+            if bb.offsets.is_empty() || bb.offsets.contains(&0) {
+                bad(
+                    &p("offsets"),
+                    format!(
+                        "found {:?}, expected a non-empty list of offsets ≥ 1",
+                        bb.offsets
+                    ),
+                );
+            }
+            if !(bb.zipf >= 0.0 && bb.zipf.is_finite()) {
+                bad(
+                    &p("zipf"),
+                    format!("found {}, expected a finite number ≥ 0", bb.zipf),
+                );
+            }
+            if !(bb.concentration > 0.0 && bb.concentration.is_finite()) {
+                bad(
+                    &p("concentration"),
+                    format!("found {}, expected a finite number > 0", bb.concentration),
+                );
+            }
+            if bb.sequences == 0 {
+                bad(&p("sequences"), "found 0, expected at least 1".into());
+            }
+            if let Some(len) = bb.length
+                && len < m.ctx + 1
+            {
+                bad(
+                    &p("length"),
+                    format!(
+                        "found {len}, expected at least model.ctx + 1 = {} (one training window)",
+                        m.ctx + 1
+                    ),
+                );
+            }
+        }
 
         // optim
         if !(o.lr > 0.0 && o.lr.is_finite()) {
@@ -363,6 +423,27 @@ impl Experiment {
                 "optim.eps",
                 format!("found {}, expected a number > 0", o.eps),
             );
+        }
+        if let Algorithm::Sgd { momentum } = o.algorithm {
+            if !(0.0..1.0).contains(&momentum) {
+                bad(
+                    "optim.algorithm.momentum",
+                    format!("found {momentum}, expected 0 ≤ μ < 1"),
+                );
+            }
+            let adam = OptimConfig::default();
+            for (path, set) in [
+                ("optim.betas", o.betas != adam.betas),
+                ("optim.eps", o.eps != adam.eps),
+            ] {
+                if set {
+                    bad(
+                        path,
+                        "is an AdamW setting; SGD (optim.algorithm) does not use it: remove it"
+                            .into(),
+                    );
+                }
+            }
         }
         if !(o.weight_decay >= 0.0 && o.weight_decay.is_finite()) {
             bad(

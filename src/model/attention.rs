@@ -506,6 +506,11 @@ impl Attention {
                 softmax(log_sig.mask_fill(hidden, f32::NEG_INFINITY), 3)
             }
             NormaliserConfig::Elu1 {} => elu1(s).mask_fill(hidden, 0.0),
+            // ReLU(s) / (number of visible keys of the row)
+            NormaliserConfig::Relu {} => {
+                let seen = hidden.clone().bool_not().float().sum_dim(3).clamp_min(1.0);
+                relu(s).mask_fill(hidden, 0.0) / seen
+            }
             // elu1(s_j) / Σ elu1(s) = softmax(log elu1(s))_j, log elu1(s) = s (s < 0), log(1 + s).
             NormaliserConfig::Elu1Normalised {} => {
                 let log_elu1 = s.clone().clamp_max(0.0) + s.clamp_min(0.0).log1p();

@@ -132,6 +132,8 @@ pub(super) mod pb {
     }
 }
 
+/// `tensorflow.DataType.DT_FLOAT`.
+pub(super) const DT_FLOAT: i32 = 1;
 /// `tensorflow.DataType.DT_STRING`.
 pub(super) const DT_STRING: i32 = 7;
 /// `tensorboard.DataClass.DATA_CLASS_TENSOR`.
@@ -152,6 +154,12 @@ pub(super) enum ValueKind<'a> {
     },
     /// `histo` (field 5).
     Histo(Histogram),
+    /// Plugin data only: `tensor` = TensorBoard's `NULL_TENSOR` (an empty DT_FLOAT of shape
+    /// [0]) and `metadata.plugin_data` = (plugin name, content).
+    Plugin(&'a str, &'a [u8]),
+    /// `tensor` = a rank-0 DT_STRING holding the bytes, with plugin (name) metadata and no
+    /// content (Custom Scalars' layout).
+    StringTensor(&'a str, &'a [u8]),
     /// `tensor` (field 8) holding one rank-0 DT_STRING, plus text-plugin metadata (field 9).
     Text(&'a str),
 }
@@ -203,6 +211,32 @@ pub(super) fn encode_value(tag: &str, kind: &ValueKind<'_>) -> Vec<u8> {
             pb::bytes(&mut v, 4, &img);
         }
         ValueKind::Histo(h) => pb::bytes(&mut v, 5, &h.encode()),
+        ValueKind::Plugin(name, content) => {
+            let mut dim = Vec::new();
+            pb::bytes(&mut dim, 2, &[]); // one Dim of size 0 (the default, omitted)
+            let mut tensor = Vec::new();
+            pb::int32(&mut tensor, 1, DT_FLOAT);
+            pb::bytes(&mut tensor, 2, &dim);
+            pb::bytes(&mut v, 8, &tensor);
+            let mut plugin_data = Vec::new();
+            pb::bytes(&mut plugin_data, 1, name.as_bytes());
+            pb::bytes_nonempty(&mut plugin_data, 2, content);
+            let mut metadata = Vec::new();
+            pb::bytes(&mut metadata, 1, &plugin_data);
+            pb::bytes(&mut v, 9, &metadata);
+        }
+        ValueKind::StringTensor(name, bytes) => {
+            let mut tensor = Vec::with_capacity(bytes.len() + 16);
+            pb::int32(&mut tensor, 1, DT_STRING);
+            pb::bytes(&mut tensor, 2, &[]);
+            pb::bytes(&mut tensor, 8, bytes);
+            pb::bytes(&mut v, 8, &tensor);
+            let mut plugin_data = Vec::new();
+            pb::bytes(&mut plugin_data, 1, name.as_bytes());
+            let mut metadata = Vec::new();
+            pb::bytes(&mut metadata, 1, &plugin_data);
+            pb::bytes(&mut v, 9, &metadata);
+        }
         ValueKind::Text(text) => {
             let mut tensor = Vec::with_capacity(text.len() + 16);
             pb::int32(&mut tensor, 1, DT_STRING);

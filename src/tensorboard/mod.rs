@@ -67,6 +67,7 @@
 //! Scalars are stored as `float` (f32) by the format: values passed as `f64` lose precision.
 
 mod encode;
+pub mod plugins;
 #[cfg(test)]
 mod tests;
 
@@ -299,6 +300,21 @@ impl EventWriter {
     /// Writes a text summary (shown by TensorBoard's Text tab, rendered as Markdown).
     pub fn add_text(&mut self, tag: &str, step: i64, text: &str) -> io::Result<()> {
         self.write_values(step, &[encode_value(tag, &ValueKind::Text(text))])
+    }
+
+    /// Writes HParams plugin data ([`plugins`]: an experiment, a session start or end) under
+    /// `tag` at step 0.
+    pub fn add_hparams(&mut self, tag: &str, content: &[u8]) -> io::Result<()> {
+        self.write_values(
+            0,
+            &[encode_value(tag, &ValueKind::Plugin("hparams", content))],
+        )
+    }
+
+    /// Writes a Custom Scalars layout ([`plugins::layout`]) at step 0.
+    pub fn add_layout(&mut self, layout: &[u8]) -> io::Result<()> {
+        let kind = ValueKind::StringTensor("custom_scalars", layout);
+        self.write_values(0, &[encode_value(plugins::LAYOUT_TAG, &kind)])
     }
 
     /// Writes `SessionLog { status: START }` at `step`, for resuming a run in a directory

@@ -342,8 +342,16 @@ fn run_all_commands(dir: &Path, name: &str, overrides: &[&str]) -> PathBuf {
     ]);
     assert!(ok && text.starts_with("To be"), "{name} generate: {text}");
     // TensorBoard got the analysis scalars and images.
-    let tb = s.run_dir.join("tb");
-    let events = std::fs::read_dir(&tb).unwrap().count();
+    // event files sit in the run directory itself (TensorBoard lists the run by its name)
+    let events = std::fs::read_dir(&s.run_dir)
+        .unwrap()
+        .filter(|e| {
+            let e = e.as_ref().unwrap();
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("events.out.tfevents.")
+        })
+        .count();
     assert!(
         events >= 2,
         "{name}: the analysis writes its own event file"

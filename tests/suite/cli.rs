@@ -59,14 +59,15 @@ fn check_reports_every_error_with_file_path_and_valid_values() {
     let bad = dir.path().join("bad.toml");
     std::fs::write(
         &bad,
-        "base = \"../../experiments/quickstart.toml\"\n[model]\nn_head = 4\nd_model = 130\n[optim]\ndecay = \"some\"\nlr = \"fast\"\n[metrics]\neps = [0.3, 1.5]\n",
+        "base = \"../../experiments/natural_text.toml\"\n[model]\nn_head = 4\nd_model = 130\n[optim]\ndecay = \"some\"\nlr = \"fast\"\n[metrics]\neps = [0.3, 1.5]\n",
     )
     .unwrap();
-    // The base path is relative to the file, so point it at the real quickstart.
-    let quick = Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments/quickstart.toml");
-    let text = std::fs::read_to_string(&bad)
-        .unwrap()
-        .replace("../../experiments/quickstart.toml", quick.to_str().unwrap());
+    // The base path is relative to the file, so point it at the real natural-text experiment.
+    let quick = Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments/natural_text.toml");
+    let text = std::fs::read_to_string(&bad).unwrap().replace(
+        "../../experiments/natural_text.toml",
+        quick.to_str().unwrap(),
+    );
     std::fs::write(&bad, text).unwrap();
     let (code, _, err) = sinklab(&["check", bad.to_str().unwrap()]);
     assert_eq!(code, 1);

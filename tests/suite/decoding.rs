@@ -120,7 +120,7 @@ fn streaming_without_eviction_equals_dense() {
     let dev = common::device();
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments");
     for name in [
-        "quickstart.toml",
+        "natural_text.toml",
         "zoo/kv_bias.toml",
         "zoo/sink_token.toml",
         "zoo/sigmoid.toml",
@@ -163,7 +163,7 @@ fn eviction_with_rerotation_matches_a_fresh_forward_over_the_kept_tokens() {
     let dev = common::device();
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments");
     for (name, layers) in [
-        ("quickstart.toml", 1),
+        ("natural_text.toml", 1),
         ("zoo/alibi.toml", 1),
         ("zoo/nope.toml", 1),
         ("zoo/relative.toml", 1),
@@ -227,7 +227,7 @@ fn dense_decoding_past_the_training_context() {
     let dev = common::device();
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments");
     let toks = random_tokens(21, 6);
-    for name in ["quickstart.toml", "zoo/alibi.toml", "zoo/sinusoidal.toml"] {
+    for name in ["natural_text.toml", "zoo/alibi.toml", "zoo/sinusoidal.toml"] {
         let e = shrunk(&root.join(name), 8, 2);
         let mut model = Lm::new(&e.model, VOCAB, 2, &dev);
         assert!(model.fixed_length().is_none(), "{name}");
@@ -275,7 +275,7 @@ fn sampling_is_seeded_greedy_is_argmax_and_top_k_is_respected() {
     assert!((950..1150).contains(&seen[1]), "{seen:?}");
     let dev = common::device();
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments");
-    let e = shrunk(&root.join("quickstart.toml"), 16, 2);
+    let e = shrunk(&root.join("natural_text.toml"), 16, 2);
     let model = Lm::new(&e.model, VOCAB, 9, &dev);
     let s = Sampling {
         temperature: 1.0,

@@ -12,6 +12,7 @@ mod metrics_golden;
 mod model_golden;
 mod skipless;
 mod sweep;
+mod synthetic;
 mod tensorboard_roundtrip;
 mod tokenizer_python;
 mod train_e2e;

@@ -132,7 +132,36 @@ fn every_metric_matches_numpy_on_every_case() {
                 hidden: hidden[l].clone(),
             })
             .collect();
-        let r = SinkReport::compute(&layers, &eps, t.min(10));
+        let groups: Vec<usize> = e["query_groups"]["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap() as usize)
+            .collect();
+        let n_groups = e["query_groups"]["n_groups"].as_u64().unwrap() as usize;
+        let r = SinkReport::compute_split(&layers, &eps, t.min(10), Some((&groups, n_groups)));
+        // Guo et al.'s value drain and attention to token 1 by query group (dormant, triggers)
+        for (l, heads) in e["value_drain"].as_array().unwrap().iter().enumerate() {
+            for (h, want) in list(heads).iter().enumerate() {
+                close(
+                    r.value_drain[l][h],
+                    *want,
+                    &format!("{name}: value drain {l}/{h}"),
+                );
+            }
+        }
+        let split = r.first_by_query.as_ref().expect("split requested");
+        for (l, heads) in e["first_by_query"].as_array().unwrap().iter().enumerate() {
+            for (h, by_group) in heads.as_array().unwrap().iter().enumerate() {
+                for (g, want) in by_group.as_array().unwrap().iter().enumerate() {
+                    let got = split[l][h][g];
+                    match want.as_f64() {
+                        Some(w) => close(got, w, &format!("{name}: first_by_query {l}/{h}/{g}")),
+                        None => assert!(got.is_nan(), "{name}: empty group must be NaN"),
+                    }
+                }
+            }
+        }
         for (l, want) in list(&e["first_token_mass"]).iter().enumerate() {
             close(
                 r.first_mass[l],

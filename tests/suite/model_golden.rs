@@ -8,7 +8,7 @@ use serde_json::Value;
 use sinklab::checkpoint::HostTensor;
 use sinklab::config::{AttentionConfig, AttentionKernel, ModelConfig, OptimConfig, ScheduleConfig};
 use sinklab::model::{Lm, masked_nll};
-use sinklab::optim::{self, AdamW, GradAccumulator};
+use sinklab::optim::{self, GradAccumulator, Optimizer};
 use std::collections::BTreeMap;
 
 use crate::common;
@@ -158,10 +158,11 @@ struct Quadratic {
     vec: Param<Tensor<1>>,
 }
 
-#[test]
-fn adamw_with_global_clipping_matches_numpy() {
+/// Run the optimiser `cfg` for the fixture case `key` on the quadratic and compare the
+/// parameters with NumPy's.
+fn optimiser_on_the_quadratic(key: &str, cfg: OptimConfig) {
     let g = golden();
-    let a = &g["adamw"];
+    let a = &g[key];
     let c = &a["config"];
     let dev = common::device().autodiff();
     let mat = host(&a["initial"]["mat"]);
@@ -172,16 +173,7 @@ fn adamw_with_global_clipping_matches_numpy() {
         },
         vec: Param::from_tensor(Tensor::from_data(TensorData::new(vec.data, [5]), &dev)),
     };
-    let cfg = OptimConfig {
-        lr: c["lr"].as_f64().unwrap(),
-        betas: [0.9, 0.95],
-        eps: c["eps"].as_f64().unwrap(),
-        weight_decay: c["weight_decay"].as_f64().unwrap(),
-        decay: sinklab::config::DecayPolicy::MatricesOnly,
-        grad_clip: Some(c["grad_clip"].as_f64().unwrap()),
-        schedule: ScheduleConfig::Constant { warmup: 0 },
-    };
-    let mut adam = AdamW::new(&cfg);
+    let mut opt = Optimizer::new(&cfg);
     for _ in 0..c["steps"].as_u64().unwrap() {
         let loss = (q.mat.weight.val().square().sum() + q.vec.val().square().sum()) * 0.5;
         let grads = loss.backward();
@@ -194,22 +186,57 @@ fn adamw_with_global_clipping_matches_numpy() {
         } else {
             1.0
         };
-        q = adam.step(q, &acc, cfg.lr, scale);
+        q = opt.step(q, &acc, cfg.lr, scale);
     }
     let got_m = q.mat.weight.val().into_data().try_to_vec::<f32>().unwrap();
     let got_v = q.vec.val().into_data().try_to_vec::<f32>().unwrap();
-    assert_close(
-        &got_m,
-        &floats(&a["after"]["mat"]),
-        1e-5,
-        1e-6,
-        "mat after AdamW",
+    let (m, v) = (&a["after"]["mat"], &a["after"]["vec"]);
+    assert_close(&got_m, &floats(m), 1e-5, 1e-6, &format!("mat after {key}"));
+    assert_close(&got_v, &floats(v), 1e-5, 1e-6, &format!("vec after {key}"));
+    // the update moved every parameter (the comparison is not against the initial values)
+    let initial = floats(&a["initial"]["vec"]);
+    assert!(
+        floats(v)
+            .iter()
+            .zip(&initial)
+            .all(|(x, y)| (x - y).abs() > 1e-3),
+        "{key}"
     );
-    assert_close(
-        &got_v,
-        &floats(&a["after"]["vec"]),
-        1e-5,
-        1e-6,
-        "vec after AdamW",
+}
+
+#[test]
+fn adamw_with_global_clipping_matches_numpy() {
+    let c = &golden()["adamw"]["config"];
+    optimiser_on_the_quadratic(
+        "adamw",
+        OptimConfig {
+            lr: c["lr"].as_f64().unwrap(),
+            betas: [0.9, 0.95],
+            eps: c["eps"].as_f64().unwrap(),
+            weight_decay: c["weight_decay"].as_f64().unwrap(),
+            decay: sinklab::config::DecayPolicy::MatricesOnly,
+            grad_clip: Some(c["grad_clip"].as_f64().unwrap()),
+            schedule: ScheduleConfig::Constant { warmup: 0 },
+            ..OptimConfig::default()
+        },
+    );
+}
+
+#[test]
+fn sgd_with_momentum_matches_numpy() {
+    let c = &golden()["sgd"]["config"];
+    optimiser_on_the_quadratic(
+        "sgd",
+        OptimConfig {
+            algorithm: sinklab::config::Algorithm::Sgd {
+                momentum: c["momentum"].as_f64().unwrap(),
+            },
+            lr: c["lr"].as_f64().unwrap(),
+            weight_decay: c["weight_decay"].as_f64().unwrap(),
+            decay: sinklab::config::DecayPolicy::MatricesOnly,
+            grad_clip: Some(c["grad_clip"].as_f64().unwrap()),
+            schedule: ScheduleConfig::Constant { warmup: 0 },
+            ..OptimConfig::default()
+        },
     );
 }

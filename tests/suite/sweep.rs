@@ -105,6 +105,34 @@ fn every_shipped_sweep_expands_into_valid_runs() {
         stems.push(here);
     }
     assert_eq!(stems[0], stems[1], "cpu and gu60m ship different sweeps");
+    // The Bigram-Backcopy sweeps (Guo et al.'s mitigations, Gu et al.'s directions).
+    let bb: Vec<String> = common::experiment_files("experiments/sweeps/bb")
+        .iter()
+        .filter(|f| f.file_stem().unwrap() != "base")
+        .map(|f| {
+            let (plan, exps) =
+                sweep::expand(f).unwrap_or_else(|e| panic!("{}: {e:#}", f.display()));
+            assert!(
+                plan.seeds.len() >= 2 && plan.runs.len() >= 4,
+                "{}",
+                f.display()
+            );
+            assert!(exps.iter().all(|e| e.data.synthetic.is_some()));
+            plan.name
+        })
+        .collect();
+    for needed in [
+        "normaliser",
+        "optimiser",
+        "lr",
+        "weight_decay",
+        "data_first",
+    ] {
+        assert!(
+            bb.contains(&format!("bb_{needed}")),
+            "missing sweep bb_{needed}"
+        );
+    }
     for needed in [
         "lr",
         "weight_decay",
@@ -289,6 +317,14 @@ fn failures_are_isolated_finished_runs_skipped_and_interrupted_runs_resume_exact
         let s = sweep::read_status(&plan.dir, &format!("lr-0.003_seed{seed}")).unwrap();
         assert_eq!(s.state, "done");
     }
+    // The real TensorBoard lists both finished runs in its HParams dashboard, with their LR,
+    // seed and final metrics, and shows the Custom Scalars layout's Sink₁-at-every-ε chart.
+    let (ok, out) = common::run_python("check_hparams.py", &[plan.dir.to_str().unwrap()]);
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("HParams check OK: 2 runs, 2 hyper-parameters"),
+        "{out}"
+    );
     let log = std::fs::read_to_string(plan.dir.join("logs/lr-0.003_seed1.log")).unwrap();
     assert!(log.contains("resum"), "the interrupted run resumed: {log}");
     // The resumed run ends exactly where an uninterrupted one does.

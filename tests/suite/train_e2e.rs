@@ -118,7 +118,7 @@ fn smoke_run_learns_and_writes_metrics_tensorboard_and_checkpoints() {
     std::fs::write(&exp_path, expected.to_string()).unwrap();
     let (ok, out) = run_python(
         "check_tensorboard.py",
-        &[run.join("tb").to_str().unwrap(), exp_path.to_str().unwrap()],
+        &[run.to_str().unwrap(), exp_path.to_str().unwrap()],
     );
     assert!(ok, "TensorBoard check failed:\n{out}");
 

@@ -1,7 +1,7 @@
 //! Sweeps: one TOML file expands into many training runs, run reliably and resumably.
 //!
 //! ```toml
-//! base = "../../quickstart.toml"       # the experiment every run starts from (relative path)
+//! base = "../../natural_text.toml"       # the experiment every run starts from (relative path)
 //! name = "lr"                          # optional: the sweep directory's name (default: file stem)
 //! out_dir = "runs/sweeps"              # optional (default runs/sweeps)
 //! combine = "grid"                     # "grid" (every combination) or "zip" (i-th values together)
@@ -32,7 +32,10 @@
 //! runs and resumes the others from their newest checkpoint; Ctrl-C (SIGINT/SIGTERM) makes every
 //! child checkpoint and stop, and the sweep stops launching runs; if the sweep process itself
 //! is killed (even with kill -9) its children die with it (PR_SET_PDEATHSIG) and everything
-//! resumes from the checkpoints.
+//! resumes from the checkpoints. The sweep root and every finished run also get TensorBoard's
+//! HParams data ([`hparams`]), so the HPARAMS tab compares the runs.
+
+mod hparams;
 
 use crate::config::{self, Experiment};
 use anyhow::{Context, Result, anyhow, bail};
@@ -554,6 +557,7 @@ pub fn run(
     log: &(dyn Fn(&str) + Sync),
 ) -> Result<SweepOutcome> {
     write_plan(plan, exps)?;
+    hparams::write_experiment(plan)?;
     let exe = std::env::current_exe().context("locating the sinklab binary")?;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let jobs = jobs.max(1);
@@ -609,6 +613,11 @@ pub fn run(
                     match res {
                         Ok(s) if s.state == "done" => {
                             bar.println(format!("done  {} ({:.0} s)", run.name, s.seconds));
+                            if let Err(e) =
+                                hparams::write_session(&exps[i].run_dir(), run, s.seconds)
+                            {
+                                bar.println(format!("warning: {}: {e:#}", run.name));
+                            }
                             o.done.push(run.name.clone());
                         }
                         Ok(s) if s.state == "interrupted" => {

@@ -12,6 +12,9 @@
 //! error bars; one line per combination of the other axes) and `emergence.png` (Sink₁ against
 //! step per setting, mean over seeds).
 
+mod curves;
+pub use curves::run_curves;
+
 use crate::plot::{self, Bars, LinePlot, Series};
 use crate::sweep::{self, Plan, RunPlan};
 use anyhow::{Context, Result};
@@ -35,6 +38,11 @@ pub struct RunResult {
     pub val_loss: Option<f64>,
     pub norm_ratio: Option<f64>,
     pub emergence_step: Option<u64>,
+    /// The first evaluation step at which the validation loss has covered half of its drop
+    /// (from the first evaluation to the last).
+    pub loss_drop_step: Option<u64>,
+    /// Final value drain: the smallest `kv/value_drain/*` over heads of the last probe.
+    pub value_drain: Option<f64>,
     /// Final Sink_k for k = 1, 2, … (as many positions as the run records).
     pub sink_k: Vec<f64>,
     /// Final first-token attention mass F-Attn (`attn/f_attn`), in %.
@@ -83,6 +91,27 @@ pub fn run_result(plan: &Plan, run: &RunPlan, eps: &str, threshold: f64) -> RunR
                 .map(|(_, v)| *v)
                 .fold(f64::NEG_INFINITY, f64::max)
         });
+    let val: Vec<(u64, f64)> = records
+        .iter()
+        .filter_map(|(st, s)| s.get("val/loss").map(|v| (*st, *v)))
+        .collect();
+    let loss_drop_step = match (val.first(), val.last()) {
+        (Some((_, v0)), Some((_, v1))) if v1 < v0 => {
+            let half = v0 - (v0 - v1) / 2.0;
+            val.iter().find(|(_, v)| *v <= half).map(|(s, _)| *s)
+        }
+        _ => None,
+    };
+    let value_drain = records
+        .iter()
+        .rev()
+        .find(|(_, s)| s.keys().any(|k| k.starts_with("kv/value_drain/")))
+        .map(|(_, s)| {
+            s.iter()
+                .filter(|(k, _)| k.starts_with("kv/value_drain/"))
+                .map(|(_, v)| *v)
+                .fold(f64::INFINITY, f64::min)
+        });
     let mut sink_k = Vec::new();
     while let Some(v) = last(&format!("sink/rate_eps{eps}/pos{:02}", sink_k.len() + 1)) {
         sink_k.push(v);
@@ -101,10 +130,24 @@ pub fn run_result(plan: &Plan, run: &RunPlan, eps: &str, threshold: f64) -> RunR
         val_loss: last("val/loss"),
         norm_ratio,
         emergence_step: curve.iter().find(|(_, v)| *v > threshold).map(|(s, _)| *s),
+        loss_drop_step,
+        value_drain,
         sink_k,
         first_mass: last("attn/f_attn").map(|v| 100.0 * v),
         curve,
     }
+}
+
+/// The median of sorted steps (the mean of the middle two for an even count).
+fn median_step(sorted: &[u64]) -> Option<f64> {
+    let k = sorted.len();
+    (k > 0).then(|| {
+        if k % 2 == 1 {
+            sorted[k / 2] as f64
+        } else {
+            (sorted[k / 2 - 1] + sorted[k / 2]) as f64 / 2.0
+        }
+    })
 }
 
 /// `metrics.probe_len` of a run's experiment file (the probe length T its sink metrics use).
@@ -304,8 +347,10 @@ fn tables(
          Sink₁* = `sink/slot_rate_eps{eps_s}` (%), top Sink_k = the largest mean Sink_k over \
          the probed positions k (@k), F-Attn = mean attention on the first token (%; uniform causal \
          attention gives H_T/T = {uniform}), norm ratio = largest ‖h₁‖/mean‖h_t‖ over \
-         layers; emergence = first probe step with Sink₁ > {threshold}% (median over the seeds \
-         that crossed, and how many did).\n",
+         layers; value drain = smallest ‖v₁‖/mean‖v_t‖ over heads; emergence = first probe step \
+         with Sink₁ > {threshold}% (median over the seeds that crossed, and how many did); loss \
+         drop = first evaluation step at which the validation loss has covered half of its drop \
+         (median).\n",
         plan.name,
         plan.file.display(),
         plan.runs.len(),
@@ -325,7 +370,9 @@ fn tables(
             &format!("F-Attn (%; uniform {uniform})"),
             "val loss",
             "norm ratio",
+            "value drain",
             "emergence step",
+            "loss-drop step",
         ]
         .map(String::from),
     );
@@ -366,6 +413,9 @@ fn tables(
             "norm_ratio_std",
             "emergence_step_median",
             "emerged_seeds",
+            "value_drain_mean",
+            "value_drain_std",
+            "loss_drop_step_median",
         ]
         .map(String::from),
     );
@@ -378,22 +428,20 @@ fn tables(
         let mass = mean_std(&s.finished(|r| r.first_mass));
         let val = mean_std(&s.finished(|r| r.val_loss));
         let norm = mean_std(&s.finished(|r| r.norm_ratio));
-        let mut em: Vec<u64> = s
-            .runs
-            .iter()
-            .filter(|r| r.state == "done")
-            .filter_map(|r| r.emergence_step)
-            .collect();
-        em.sort_unstable();
-        // The median (the mean of the middle two for an even count).
-        let median = (!em.is_empty()).then(|| {
-            let k = em.len();
-            if k % 2 == 1 {
-                em[k / 2] as f64
-            } else {
-                (em[k / 2 - 1] + em[k / 2]) as f64 / 2.0
-            }
-        });
+        let steps = |f: fn(&RunResult) -> Option<u64>| -> Vec<u64> {
+            let mut v: Vec<u64> = s
+                .runs
+                .iter()
+                .filter(|r| r.state == "done")
+                .filter_map(f)
+                .collect();
+            v.sort_unstable();
+            v
+        };
+        let em = steps(|r| r.emergence_step);
+        let median = median_step(&em);
+        let drop_median = median_step(&steps(|r| r.loss_drop_step));
+        let drain = mean_std(&s.finished(|r| r.value_drain));
         let emergence = match median {
             Some(m) => format!("{m} ({}/{done})", em.len()),
             None => format!("never (0/{done})"),
@@ -410,7 +458,9 @@ fn tables(
             pm(mass, 1),
             pm(val, 3),
             pm(norm, 2),
+            pm(drain, 3),
             emergence,
+            drop_median.map_or("–".into(), |m| m.to_string()),
         ]);
         writeln!(md, "| {} |", cells.join(" | "))?;
         let q = |x: &String| format!("\"{}\"", x.replace('"', "'"));
@@ -443,6 +493,9 @@ fn tables(
             f(norm.1),
             median.map_or(String::new(), |m| m.to_string()),
             em.len().to_string(),
+            f(drain.0),
+            f(drain.1),
+            drop_median.map_or(String::new(), |m| m.to_string()),
         ]);
         writeln!(csv, "{}", row.join(","))?;
     }

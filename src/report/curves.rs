@@ -1,0 +1,162 @@
+//! `sinklab report RUN_DIR`: one run's curves as PNG charts and a Markdown table, from its
+//! `metrics.jsonl` (the same numbers TensorBoard shows):
+//!
+//! - `plots/sink1.png`: Sink₁ at every ε against step;
+//! - `plots/heads.png`: every head's attention to token 1 (`sink/importance_first/*`);
+//! - `plots/loss.png`: training and validation loss (and, on a synthetic task, the copy and
+//!   bigram losses);
+//! - `plots/drain.png`: every head's value drain ‖v₁‖ / mean ‖v_t‖ and every layer's
+//!   massive-activation ratio ‖h₁‖ / mean ‖h_t‖;
+//! - `plots/curves.md`: those values at a few steps.
+
+use super::read_metrics;
+use crate::plot::{self, LinePlot, Series};
+use anyhow::{Result, bail};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+type Records = Vec<(u64, BTreeMap<String, f64>)>;
+
+/// Every tag starting with `prefix` as one series, named by the rest of the tag.
+fn series(records: &Records, prefix: &str, rename: &dyn Fn(&str) -> String) -> Vec<Series> {
+    let mut by_tag: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
+    for (step, scalars) in records {
+        for (k, v) in scalars.range(prefix.to_string()..) {
+            if !k.starts_with(prefix) {
+                break;
+            }
+            if v.is_finite() {
+                by_tag
+                    .entry(k.clone())
+                    .or_default()
+                    .push((*step as f64, *v));
+            }
+        }
+    }
+    by_tag
+        .into_iter()
+        .map(|(k, points)| Series {
+            name: rename(&k[prefix.len()..]),
+            points,
+            err: None,
+        })
+        .collect()
+}
+
+fn chart(path: &Path, title: &str, y: &str, series: &[Series], log_y: bool) -> Result<bool> {
+    if series.is_empty() {
+        return Ok(false);
+    }
+    let png = plot::lines(&LinePlot {
+        title,
+        x_label: "step",
+        y_label: y,
+        series,
+        log_x: false,
+        log_y,
+        hlines: &[],
+        vlines: &[],
+        markers: false,
+    })?;
+    plot::save(path, &png)?;
+    Ok(true)
+}
+
+/// Write a run's charts into `RUN/plots/` and return the Markdown that links them.
+pub fn run_curves(run_dir: &Path) -> Result<String> {
+    let records: Records = read_metrics(&run_dir.join("metrics.jsonl"));
+    if records.is_empty() {
+        bail!(
+            "{}: no metrics.jsonl records (is it a run directory? a sweep directory holds sweep.json)",
+            run_dir.display()
+        );
+    }
+    let dir = run_dir.join("plots");
+    let name = run_dir
+        .file_name()
+        .map_or(String::new(), |n| n.to_string_lossy().into_owned());
+    let mut md = format!("# Run `{name}`\n\n");
+    let mut sink = series(&records, "sink/rate_eps", &|rest| {
+        format!("ε = {}", rest.trim_end_matches("/pos01"))
+    });
+    sink.retain(|s| s.name.starts_with("ε = ") && !s.name.contains('/'));
+    let layer_head = |rest: &str| rest.replace("layer", "L").replace("_head", " H");
+    let mut losses = series(&records, "train/loss", &|_| "train".into());
+    losses.extend(series(&records, "val/loss", &|r| format!("val{r}")));
+    losses.extend(series(&records, "bb/loss_", &|r| format!("{r} (val)")));
+    let mut drain = series(&records, "kv/value_drain/", &|r| {
+        format!("drain {}", layer_head(r))
+    });
+    drain.extend(series(&records, "act/norm_ratio/", &|r| {
+        format!("‖h₁‖/‖h‖ {}", r.replace("layer", "L"))
+    }));
+    let heads = series(&records, "sink/importance_first/", &layer_head);
+    let charts = [
+        (
+            "sink1.png",
+            "Sink₁: % of (sequence, head) pairs with α₁ > ε",
+            "Sink₁ (%)",
+            &sink,
+            false,
+        ),
+        (
+            "heads.png",
+            "attention importance of token 1, per head",
+            "α₁",
+            &heads,
+            false,
+        ),
+        ("loss.png", "loss", "nats per token", &losses, false),
+        (
+            "drain.png",
+            "value drain per head; massive-activation ratio per layer",
+            "ratio",
+            &drain,
+            true,
+        ),
+    ];
+    for (file, title, y, s, log_y) in charts {
+        if chart(&dir.join(file), &format!("{name}: {title}"), y, s, log_y)? {
+            writeln!(md, "![{file}]({file})\n")?;
+        }
+    }
+    // the curves at a few steps: the probe steps at 0, 1/8, 1/4, 1/2, 3/4 and the end
+    let steps: Vec<u64> = sink
+        .first()
+        .map_or(vec![], |s| s.points.iter().map(|p| p.0 as u64).collect());
+    if let Some(&last) = steps.last() {
+        let mut picks: Vec<u64> = [0.0, 0.125, 0.25, 0.5, 0.75, 1.0]
+            .iter()
+            .map(|f| {
+                let target = (last as f64 * f) as u64;
+                *steps.iter().find(|&&s| s >= target).unwrap_or(&last)
+            })
+            .collect();
+        picks.dedup();
+        let at = |s: &Series, step: u64| {
+            s.points
+                .iter()
+                .find(|p| p.0 as u64 == step)
+                .map_or("–".to_string(), |p| format!("{:.3}", p.1))
+        };
+        let mut cols: Vec<&Series> = sink.iter().collect();
+        cols.extend(losses.iter().filter(|s| s.name != "train"));
+        cols.extend(drain.iter());
+        writeln!(
+            md,
+            "| step | {} |",
+            cols.iter()
+                .map(|s| s.name.as_str())
+                .collect::<Vec<_>>()
+                .join(" | ")
+        )?;
+        writeln!(md, "|{}|", vec!["---"; cols.len() + 1].join("|"))?;
+        for step in picks {
+            let cells: Vec<String> = cols.iter().map(|s| at(s, step)).collect();
+            writeln!(md, "| {step} | {} |", cells.join(" | "))?;
+        }
+    }
+    std::fs::write(dir.join("curves.md"), &md)?;
+    Ok(md)
+}

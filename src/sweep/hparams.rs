@@ -1,0 +1,111 @@
+//! A sweep as TensorBoard's HParams dashboard: the axes (and the seed) as hyper-parameters,
+//! the headline sink numbers and the validation loss as metrics. The experiment is written once
+//! at the sweep's root; every finished run gets its session (start and end) in an event file of
+//! its own directory, next to the scalars the metrics point at (`tensorboard --logdir
+//! runs/sweeps/NAME`, then the HPARAMS tab).
+
+use super::{Plan, RunPlan};
+use crate::metrics::{HEADLINE_EPS, eps_name};
+use crate::tensorboard::EventWriter;
+use crate::tensorboard::plugins::{self, HValue, Status};
+use anyhow::{Context, Result};
+use std::path::Path;
+
+/// The metrics shown for every run: (scalar tag, display name). A run that lacks a tag (Sink₁*
+/// without a slot, the copy loss on text) shows an empty cell.
+fn metrics() -> Vec<(String, String)> {
+    let e = eps_name(HEADLINE_EPS);
+    vec![
+        (
+            format!("sink/rate_eps{e}/pos01"),
+            format!("Sink1 (eps {e}, %)"),
+        ),
+        (
+            format!("sink/slot_rate_eps{e}"),
+            format!("slot Sink1* (eps {e}, %)"),
+        ),
+        ("val/loss".into(), "validation loss".into()),
+        ("attn/f_attn".into(), "F-Attn".into()),
+        ("bb/loss_copy".into(), "copy loss (synthetic)".into()),
+    ]
+}
+
+/// A TOML value (as the sweep file writes it) as a hyper-parameter value: numbers stay
+/// numbers, booleans booleans, anything else its run-name label.
+fn hvalue(toml_text: &str) -> HValue {
+    let parsed: Option<toml::Value> = toml::from_str::<toml::Table>(&format!("v = {toml_text}"))
+        .ok()
+        .and_then(|mut t| t.remove("v"));
+    match parsed {
+        Some(toml::Value::Integer(i)) => HValue::Number(i as f64),
+        Some(toml::Value::Float(x)) => HValue::Number(x),
+        Some(toml::Value::Boolean(b)) => HValue::Bool(b),
+        Some(v) => HValue::Text(super::value_label(&v)),
+        None => HValue::Text(toml_text.to_string()),
+    }
+}
+
+fn has_event_file(dir: &Path) -> bool {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("events.out.tfevents.")
+        })
+}
+
+/// The experiment (hyper-parameters with their values, metrics) at the sweep root, unless an
+/// event file is already there.
+pub fn write_experiment(plan: &Plan) -> Result<()> {
+    if has_event_file(&plan.dir) {
+        return Ok(());
+    }
+    let mut hparams: Vec<(String, Vec<HValue>)> = plan
+        .axes
+        .iter()
+        .map(|(path, _, values)| (path.clone(), values.iter().map(|v| hvalue(v)).collect()))
+        .collect();
+    hparams.push((
+        "seed".into(),
+        plan.seeds
+            .iter()
+            .map(|s| HValue::Number(*s as f64))
+            .collect(),
+    ));
+    let mut tb = EventWriter::create(&plan.dir)
+        .with_context(|| format!("writing the HParams experiment in {}", plan.dir.display()))?;
+    tb.add_hparams(
+        plugins::EXPERIMENT_TAG,
+        &plugins::experiment(&hparams, &metrics()),
+    )?;
+    tb.flush()?;
+    Ok(())
+}
+
+/// A finished run's session: its axis values and seed, start and end time.
+pub fn write_session(run_dir: &Path, run: &RunPlan, seconds: f64) -> Result<()> {
+    let mut hparams: Vec<(String, HValue)> = run
+        .values
+        .iter()
+        .map(|(path, v)| (path.clone(), hvalue(v)))
+        .collect();
+    hparams.push(("seed".into(), HValue::Number(run.seed as f64)));
+    let end = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    let mut tb = EventWriter::create(run_dir)
+        .with_context(|| format!("writing the HParams session in {}", run_dir.display()))?;
+    tb.add_hparams(
+        plugins::SESSION_START_TAG,
+        &plugins::session_start(&hparams, "", end - seconds),
+    )?;
+    tb.add_hparams(
+        plugins::SESSION_END_TAG,
+        &plugins::session_end(Status::Success, end),
+    )?;
+    tb.flush()?;
+    Ok(())
+}

@@ -1,0 +1,172 @@
+//! Bigram-Backcopy (Guo et al. 2024): the generated data follows the task's rule and splits into
+//! records, its word-level tokenizer gives identical ids in Python, and the quickstart recipe
+//! forms an attention sink with softmax attention and none with ReLU attention.
+
+use crate::common;
+
+use common::*;
+use sinklab::config::{self, Experiment};
+use sinklab::data::{Dataset, Sampler};
+use sinklab::train::{self, TrainOptions};
+use std::path::Path;
+
+fn quickstart(dir: &Path, name: &str, extra: &[&str]) -> Experiment {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments/quickstart.toml");
+    let mut o: Vec<String> = vec![
+        format!("run.name={name}"),
+        format!("run.out_dir={:?}", dir.join("runs").display().to_string()),
+        format!(
+            "data.cache_dir={:?}",
+            dir.join("cache").display().to_string()
+        ),
+    ];
+    o.extend(extra.iter().map(|s| s.to_string()));
+    config::load(&path, &o).unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[test]
+fn bigram_backcopy_records_follow_the_rule_and_the_tokenizer_loads_in_python() {
+    let dir = tempfile::tempdir().unwrap();
+    let exp = quickstart(dir.path(), "data", &["data.synthetic.sequences=512"]);
+    let data = Dataset::prepare(&exp.data, &mut |_| {}).unwrap();
+    // 64 task tokens after <|bos|> = 0 and <|endoftext|> = 1; records of ctx + 1 = 65 tokens
+    assert_eq!(data.vocab_size(), 66);
+    let d = &data.domains[0];
+    assert_eq!(d.record, Some(65));
+    assert_eq!(d.train.len(), 512 * 65);
+    // val_fraction 0.05 of 512 sequences, rounded up
+    assert_eq!(d.val.len(), 26 * 65);
+    // Every sampled window is a whole record from its start: BOS, then a first token that is
+    // never a trigger (ids 2..6 are the 4 triggers), then the copy rule with offsets 1..4 by
+    // trigger (t0 → 1, t1 → 2, t2 → 3, t3 → 4).
+    let sampler = Sampler::new(&data, &exp.data, exp.model.ctx, exp.run.seed).unwrap();
+    let mut copies = 0;
+    for step in 0..20 {
+        let b = sampler.batch(&data, step, 0, 16);
+        for row in 0..b.batch {
+            let x = &b.inputs[row * b.len..(row + 1) * b.len];
+            let y = &b.targets[row * b.len..(row + 1) * b.len];
+            assert_eq!(x[0], 0, "BOS first");
+            assert!(x[1] >= 6, "the first task token is no trigger: {}", x[1]);
+            // the full sequence s = x ++ [last target]; s[i] is a trigger → s[i+1] = s[i−g]
+            let mut s = x.to_vec();
+            s.push(*y.last().unwrap());
+            for i in 2..s.len() - 1 {
+                if (2..6).contains(&s[i]) {
+                    let g = (s[i] - 2 + 1) as usize;
+                    if i > g {
+                        assert_eq!(s[i + 1], s[i - g], "copy {g} back at {i}");
+                        copies += 1;
+                    }
+                }
+            }
+        }
+    }
+    assert!(copies > 1000, "{copies} copies checked");
+    // the run's tokenizer gives the same ids in Python's tokenizers
+    let texts = vec!["t0 t5 t63".to_string(), "<|bos|> t12 t3 t12".to_string()];
+    let texts_path = dir.path().join("texts.json");
+    std::fs::write(&texts_path, serde_json::to_string(&texts).unwrap()).unwrap();
+    let tok_path = data.dir.join("tokenizer.json");
+    let (ok, out) = run_python(
+        "encode_texts.py",
+        &[tok_path.to_str().unwrap(), texts_path.to_str().unwrap()],
+    );
+    assert!(ok, "{out}");
+    let py: Vec<Vec<u32>> = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    assert_eq!(py, vec![vec![2, 7, 65], vec![0, 14, 5, 14]]);
+    for (text, ids) in texts.iter().zip(&py) {
+        assert_eq!(&data.tokenizer.encode(text).unwrap(), ids);
+    }
+}
+
+/// Mean over heads of the last value of `prefix*` tags.
+fn last_mean(run: &Path, prefix: &str) -> f64 {
+    let records = read_metrics(run);
+    let (_, last) = records
+        .iter()
+        .rev()
+        .find(|(_, s)| s.keys().any(|k| k.starts_with(prefix)))
+        .unwrap_or_else(|| panic!("no {prefix} in {}", run.display()));
+    let v: Vec<f64> = last
+        .iter()
+        .filter(|(k, _)| k.starts_with(prefix))
+        .map(|(_, v)| v.as_f64().unwrap())
+        .collect();
+    v.iter().sum::<f64>() / v.len() as f64
+}
+
+#[test]
+fn quickstart_forms_a_sink_with_softmax_and_none_with_relu_attention() {
+    let dir = tempfile::tempdir().unwrap();
+    let short = [
+        "train.steps=700",
+        "train.eval_every=350",
+        "train.checkpoint_every=700",
+        "metrics.every=350",
+    ];
+    let opts = TrainOptions {
+        quiet: true,
+        ..TrainOptions::default()
+    };
+    let soft = quickstart(dir.path(), "softmax", &short);
+    train::train(&soft, &opts, &mut |_| {}).unwrap();
+    let mut relu_set = short.to_vec();
+    relu_set.push("model.attention.normaliser={kind=\"relu\"}");
+    let relu = quickstart(dir.path(), "relu", &relu_set);
+    train::train(&relu, &opts, &mut |_| {}).unwrap();
+    let (s, r) = (soft.run_dir(), relu.run_dir());
+
+    // Both learn the copy job: the copy loss falls far below the bigram loss.
+    for run in [&s, &r] {
+        let copy = series(run, "bb/loss_copy").last().unwrap().1;
+        let bigram = series(run, "bb/loss_bigram").last().unwrap().1;
+        assert!(
+            (0.0..0.4).contains(&copy),
+            "{}: copy loss {copy}",
+            run.display()
+        );
+        assert!(
+            (2.3..3.0).contains(&bigram),
+            "{}: bigram loss {bigram}",
+            run.display()
+        );
+    }
+    // Softmax: no sink at step 0; by step 700 most heads park their non-trigger queries on BOS,
+    // trigger queries do not, and BOS's value shrinks (the value-state drain).
+    let sink = series(&s, "sink/rate_eps0.3/pos01");
+    assert_eq!(sink[0], (0, 0.0));
+    let last = sink.last().unwrap().1;
+    assert!((40.0..=100.0).contains(&last), "softmax Sink1 {last}");
+    let dormant = last_mean(&s, "bb/attn_first_dormant/");
+    let drain = last_mean(&s, "kv/value_drain/");
+    assert!((0.5..=1.0).contains(&dormant), "dormant → BOS {dormant}");
+    // every head keeps the queries of the trigger it copies for off BOS (it is active there)
+    let records = read_metrics(&s);
+    let (_, last) = records
+        .iter()
+        .rev()
+        .find(|(_, r)| r.contains_key("bb/attn_first_trigger0/layer00_head00"))
+        .unwrap();
+    for h in 0..4 {
+        let own = (0..4)
+            .map(|i| {
+                last[&format!("bb/attn_first_trigger{i}/layer00_head{h:02}")]
+                    .as_f64()
+                    .unwrap()
+            })
+            .fold(f64::INFINITY, f64::min);
+        assert!((0.0..0.1).contains(&own), "head {h}: active → BOS {own}");
+    }
+    assert!((0.0..0.6).contains(&drain), "value drain {drain}");
+    // ReLU attention: a dormant head can output zero, so no head needs a sink.
+    let last = series(&r, "sink/rate_eps0.3/pos01").last().unwrap().1;
+    assert!((0.0..=2.0).contains(&last), "relu Sink1 {last}");
+    let dormant = last_mean(&r, "bb/attn_first_dormant/");
+    assert!(
+        (0.0..0.1).contains(&dormant),
+        "relu dormant → BOS {dormant}"
+    );
+    let drain = last_mean(&r, "kv/value_drain/");
+    assert!((0.6..1.5).contains(&drain), "relu value drain {drain}");
+}
