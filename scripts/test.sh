@@ -6,7 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 quick=0
 [ "${1:-}" = "--quick" ] && quick=1
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/sinklab-target}"
+# The same target directory as `cargo run --release` (README's first command): the tests reuse
+# that build. CI points CARGO_TARGET_DIR at a cache outside the clone.
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}"
 
 bash scripts/setup_python.sh
 export SINKLAB_PYTHON="${SINKLAB_PYTHON:-${SINKLAB_VENV:-$HOME/.cache/sinklab-venv}/bin/python}"

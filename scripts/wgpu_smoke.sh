@@ -1,20 +1,24 @@
 #!/usr/bin/env bash
 # Proves "switch the backend with a cargo feature": builds sinklab with the `wgpu` feature (next
-# to the default `flex`), trains experiments/ci/wgpu_smoke.toml for 3 steps on each device from
-# the same initial weights, and checks that the per-step training losses and the final
-# validation loss agree (relative difference < 1e-3). In CI the wgpu device is Mesa's software
-# Vulkan driver (lavapipe: apt-get install mesa-vulkan-drivers libvulkan1).
+# to the default `flex`) in the `smoke` profile (Cargo.toml: release at opt-level 1, same target
+# directory), trains experiments/ci/wgpu_smoke.toml for 3 steps on wgpu with that binary and on
+# flex with the release binary from the same initial weights, and checks that the per-step
+# training losses and the final validation loss agree (relative difference < 1e-3). In CI the
+# wgpu device is Mesa's software Vulkan driver (lavapipe: apt-get install mesa-vulkan-drivers
+# libvulkan1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-target="${SINKLAB_WGPU_TARGET_DIR:-$HOME/.cache/sinklab-target-wgpu}"
-CARGO_TARGET_DIR="$target" cargo build --release --locked --features wgpu
-bin="$target/release/sinklab"
+target="${CARGO_TARGET_DIR:-target}"
+CARGO_TARGET_DIR="$target" cargo build --release --locked
+CARGO_TARGET_DIR="$target" cargo build --profile smoke --locked --features wgpu
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$(mktemp -d)}"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 for dev in flex wgpu; do
   echo "wgpu smoke: training on $dev"
   start=$(date +%s)
+  bin="$target/release/sinklab"
+  [ "$dev" = wgpu ] && bin="$target/smoke/sinklab"
   "$bin" train experiments/ci/wgpu_smoke.toml --device "$dev" --quiet \
     --set "run.out_dir=\"$tmp/runs\"" --set "run.name=\"$dev\"" --set "data.cache_dir=\"$tmp/cache\""
   echo "wgpu smoke: $dev took $(( $(date +%s) - start )) s"
