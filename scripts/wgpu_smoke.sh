@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Proves "switch the backend with a cargo feature": builds sinklab with the `wgpu` feature (next
-# to the default `flex`) in the `smoke` profile (Cargo.toml: release at opt-level 1, same target
+# to the default `flex`) in the `smoke` profile (Cargo.toml: release at opt-level 0, same target
 # directory), trains experiments/ci/wgpu_smoke.toml for 3 steps on wgpu with that binary and on
 # flex with the release binary from the same initial weights, and checks that the per-step
 # training losses and the final validation loss agree (relative difference < 1e-3). In CI the

@@ -4,9 +4,11 @@
 //! weights, loadable by PyTorch's `safetensors` package), `optim.safetensors` (AdamW moments)
 //! and `state.json` (step, data position, resolved config digest). It is written under a
 //! temporary name and renamed into place, so a directory with the final name is always
-//! complete.
+//! complete. Its `SHA256SUMS` (the format `sha256sum -c` reads) is verified before a resume
+//! trusts it: a corrupt newest checkpoint gives way to the newest good one.
 
 use anyhow::{Context, Result, bail};
+use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -255,6 +257,67 @@ pub fn list_checkpoints(run_dir: &Path) -> Vec<(u64, PathBuf)> {
     out
 }
 
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The checksum file of a checkpoint directory.
+pub const SUMS: &str = "SHA256SUMS";
+
+/// A writer that hashes what passes through it.
+struct HashingWriter<W: Write> {
+    inner: W,
+    hash: Sha256,
+}
+
+impl<W: Write> Write for HashingWriter<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.hash.update(&buf[..n]);
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// Check every file of a checkpoint directory against its `SHA256SUMS`. A checkpoint written
+/// before sinklab stored checksums (no `SHA256SUMS`) passes unchecked.
+pub fn verify_checkpoint(dir: &Path) -> Result<()> {
+    let sums_path = dir.join(SUMS);
+    let Ok(sums) = std::fs::read_to_string(&sums_path) else {
+        return Ok(());
+    };
+    for line in sums.lines().filter(|l| !l.trim().is_empty()) {
+        let Some((want, name)) = line.split_once("  ") else {
+            bail!("{}: malformed line {line:?}", sums_path.display());
+        };
+        let path = dir.join(name);
+        let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+        let got = hex(&Sha256::digest(&bytes));
+        if got != want {
+            bail!(
+                "{}: sha256 {got} differs from the {want} recorded in {SUMS}: the file is corrupt",
+                path.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Remove checkpoint temporaries (`checkpoints/.tmp_step_*`) that a killed write left behind.
+pub fn remove_stale_temporaries(run_dir: &Path) {
+    for e in std::fs::read_dir(run_dir.join("checkpoints"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        if e.file_name().to_string_lossy().starts_with(".tmp_step_") {
+            std::fs::remove_dir_all(e.path()).ok();
+        }
+    }
+}
+
 /// Write a checkpoint directory atomically, then delete all but the newest `keep`.
 pub fn commit_checkpoint(
     run_dir: &Path,
@@ -269,19 +332,35 @@ pub fn commit_checkpoint(
     if tmp.exists() {
         std::fs::remove_dir_all(&tmp)?;
     }
-    std::fs::create_dir_all(&tmp)?;
+    std::fs::create_dir_all(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+    let mut sums = String::new();
     for (name, body) in files {
-        let f = std::fs::File::create(tmp.join(name))?;
-        let mut w = std::io::BufWriter::with_capacity(1 << 20, f);
-        match body {
-            FileBody::Bytes(b) => w.write_all(b)?,
-            FileBody::Tensors(t, meta) => write_safetensors(&mut w, t, meta.as_ref())?,
-        }
-        let f = w
-            .into_inner()
-            .map_err(|e| anyhow::anyhow!("writing {}: {e}", tmp.join(name).display()))?;
-        f.sync_all().ok();
+        let path = tmp.join(name);
+        let write = || -> Result<String> {
+            let f = std::fs::File::create(&path)?;
+            let mut w = HashingWriter {
+                inner: std::io::BufWriter::with_capacity(1 << 20, f),
+                hash: Sha256::new(),
+            };
+            match body {
+                FileBody::Bytes(b) => w.write_all(b)?,
+                FileBody::Tensors(t, meta) => write_safetensors(&mut w, t, meta.as_ref())?,
+            }
+            let digest = hex(&w.hash.finalize());
+            let f = w.inner.into_inner().map_err(|e| e.into_error())?;
+            f.sync_all()?;
+            Ok(digest)
+        };
+        let digest = write().with_context(|| {
+            format!(
+                "writing {} (the previous checkpoint is untouched)",
+                path.display()
+            )
+        })?;
+        sums.push_str(&format!("{digest}  {name}\n"));
     }
+    std::fs::write(tmp.join(SUMS), &sums)
+        .with_context(|| format!("writing {}", tmp.join(SUMS).display()))?;
     if final_dir.exists() {
         std::fs::remove_dir_all(&final_dir)?;
     }

@@ -57,6 +57,19 @@ fn regex_escape(s: &str) -> String {
     s.replace('.', r"\.")
 }
 
+/// Whether `dir` holds TensorBoard event files (directly).
+pub fn has_event_files(dir: &Path) -> bool {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("events.out.tfevents.")
+        })
+}
+
 /// Delete the TensorBoard event files directly in `dir` (an earlier attempt of a run that is
 /// starting afresh); nothing else is touched.
 pub fn remove_event_files(dir: &Path) {
@@ -105,9 +118,10 @@ impl Recorder {
         // lists the run under its own name.
         let mut tb = EventWriter::create(run_dir)
             .with_context(|| format!("creating TensorBoard writer in {}", run_dir.display()))?;
-        // A session start at the resume step makes TensorBoard's Python loader drop any points
-        // a killed run wrote after its last checkpoint.
-        tb.add_session_start(resume_step.unwrap_or(0) as i64)?;
+        // A session start just after the resume step makes TensorBoard's Python loader drop the
+        // points a killed run wrote after its last checkpoint (steps > resume step, written again
+        // now), and keep the checkpoint step's own points, which are not written again.
+        tb.add_session_start(resume_step.map_or(0, |s| s + 1) as i64)?;
         tb.add_layout(&layout())?;
         Ok(Self {
             tb,

@@ -159,8 +159,10 @@ pub struct Start {
     /// digest its checkpoints carry, even if today's sinklab writes the same configuration
     /// with more (defaulted) keys.
     pub previous_digest: Option<String>,
-    /// (step, checkpoint directory) of the newest checkpoint when resuming.
+    /// (step, checkpoint directory) of the newest good checkpoint when resuming.
     pub resume_from: Option<(u64, PathBuf)>,
+    /// Checkpoints passed over (corrupt files, unreadable state), to be logged.
+    pub warnings: Vec<String>,
     pub provenance: Provenance,
 }
 
@@ -178,6 +180,7 @@ pub fn start(exp: &Experiment, resume: bool) -> Result<Start> {
     let resolved_path = run_dir.join("resolved.toml");
     let existing = checkpoint::list_checkpoints(&run_dir);
     let mut previous_digest = None;
+    let mut warnings = Vec::new();
     let resume_from = if resume {
         if resolved_path.exists() {
             check_same_config(exp, &resolved_path)?;
@@ -185,7 +188,34 @@ pub fn start(exp: &Experiment, resume: bool) -> Result<Start> {
             let prev = std::fs::read(&resolved_path)?;
             previous_digest = Some(data::hex(&Sha256::digest(&prev)));
         }
-        existing.last().cloned()
+        // The newest checkpoint whose files match their checksums and whose state parses.
+        checkpoint::remove_stale_temporaries(&run_dir);
+        let mut chosen = None;
+        for (step, dir) in existing.iter().rev() {
+            match checkpoint::verify_checkpoint(dir).and_then(|_| read_state(dir).map(|_| ())) {
+                Ok(()) => {
+                    chosen = Some((*step, dir.clone()));
+                    break;
+                }
+                Err(e) => warnings.push(format!(
+                    "warning: checkpoint {} cannot be used: {e:#}",
+                    dir.display()
+                )),
+            }
+        }
+        match (&chosen, warnings.is_empty()) {
+            (Some((_, dir)), false) => warnings.push(format!(
+                "warning: resuming from the newest good checkpoint instead, {}",
+                dir.display()
+            )),
+            (None, false) => bail!(
+                "no usable checkpoint in {}:\n{}",
+                run_dir.display(),
+                warnings.join("\n")
+            ),
+            _ => {}
+        }
+        chosen
     } else {
         if !existing.is_empty() || resolved_path.exists() {
             bail!(
@@ -198,10 +228,21 @@ pub fn start(exp: &Experiment, resume: bool) -> Result<Start> {
     };
     std::fs::create_dir_all(&run_dir).with_context(|| format!("creating {}", run_dir.display()))?;
     if resume_from.is_none() {
-        // A fresh start (also `--resume` of a run killed before its first checkpoint): records
-        // of an earlier attempt would duplicate steps.
-        std::fs::remove_file(run_dir.join("metrics.jsonl")).ok();
-        crate::recorder::remove_event_files(&run_dir);
+        let records = run_dir.join("metrics.jsonl");
+        if resolved_path.exists() {
+            // `--resume` of a run killed before its first checkpoint: its records would
+            // duplicate steps. They are this run's own (its resolved.toml is there).
+            std::fs::remove_file(&records).ok();
+            crate::recorder::remove_event_files(&run_dir);
+        } else if records.exists() || crate::recorder::has_event_files(&run_dir) {
+            // Never delete what sinklab did not write for this run.
+            bail!(
+                "run directory {} holds metrics.jsonl or TensorBoard event files but no resolved.toml: \
+                 they are not a sinklab run's, and sinklab will not overwrite or delete them; choose \
+                 another run.name or run.out_dir",
+                run_dir.display()
+            );
+        }
     }
     let resumed_step = resume_from.as_ref().map(|(s, _)| *s);
     checkpoint::write_atomic(&resolved_path, exp.to_toml().as_bytes())?;
@@ -219,11 +260,36 @@ pub fn start(exp: &Experiment, resume: bool) -> Result<Start> {
         previous_digest,
         resume_from,
         provenance,
+        warnings,
     })
 }
 
+/// Remove what a start that failed before step 0 wrote into `run_dir` (resolved.toml,
+/// provenance, tokenizer, records and event files, checkpoint temporaries), and the directory
+/// itself when this start created it and nothing else is left. Only called when the directory
+/// held no run before, so every such file is this start's own.
+pub fn discard_stub(run_dir: &Path, created: bool) {
+    if !run_dir.join("resolved.toml").exists() {
+        return; // the start stopped before writing anything
+    }
+    for f in [
+        "resolved.toml",
+        "provenance.json",
+        "tokenizer.json",
+        "metrics.jsonl",
+        "summary.json",
+    ] {
+        std::fs::remove_file(run_dir.join(f)).ok();
+    }
+    crate::recorder::remove_event_files(run_dir);
+    std::fs::remove_dir(run_dir.join("checkpoints")).ok();
+    if created {
+        std::fs::remove_dir(run_dir).ok(); // only if empty
+    }
+}
+
 /// Refuse to resume a run whose `resolved.toml` differs from `exp`, listing what changed.
-fn check_same_config(exp: &Experiment, resolved_path: &Path) -> Result<()> {
+pub fn check_same_config(exp: &Experiment, resolved_path: &Path) -> Result<()> {
     let prev = std::fs::read_to_string(resolved_path)?;
     let now = exp.to_toml();
     let prev_now = toml::from_str::<toml::Table>(&prev)
@@ -241,9 +307,11 @@ fn check_same_config(exp: &Experiment, resolved_path: &Path) -> Result<()> {
         bail!(
             "{}: --resume with a configuration that differs from the run's resolved.toml \
              (new or changed lines: {}); resume with the same file and --set flags, or \
-             choose a new run.name",
+             choose a new run.name (a finished run is not extended in place: to train on from \
+             its weights, start a new run with --set 'train.init_from=\"{}\"')",
             resolved_path.parent().unwrap_or(Path::new(".")).display(),
-            changed.join(" | ")
+            changed.join(" | "),
+            resolved_path.parent().unwrap_or(Path::new(".")).display(),
         );
     }
     Ok(())

@@ -33,7 +33,7 @@ pub struct TrainOptions {
 }
 
 /// What a finished (or stopped) run reports.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct TrainSummary {
     pub run_dir: PathBuf,
     pub steps_done: u64,
@@ -44,6 +44,34 @@ pub struct TrainSummary {
     pub tokens_per_s: f64,
     /// Stopped early by an interrupt (Ctrl-C / SIGINT / SIGTERM) after checkpointing.
     pub interrupted: bool,
+}
+
+/// The summary of `exp`'s run if it already finished (its newest checkpoint is the last step,
+/// with the same configuration); `--resume` of such a run is a no-op.
+fn already_finished(exp: &Experiment) -> Result<Option<TrainSummary>> {
+    let run_dir = exp.run_dir();
+    let Some((last, dir)) = crate::checkpoint::list_checkpoints(&run_dir).pop() else {
+        return Ok(None);
+    };
+    let intact =
+        crate::checkpoint::verify_checkpoint(&dir).is_ok() && run::read_state(&dir).is_ok();
+    if last != exp.train.steps || !intact {
+        return Ok(None);
+    }
+    run::check_same_config(exp, &run_dir.join("resolved.toml"))?;
+    let summary = std::fs::read_to_string(run_dir.join("summary.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str::<TrainSummary>(&t).ok());
+    Ok(Some(summary.unwrap_or(TrainSummary {
+        run_dir: run_dir.clone(),
+        steps_done: exp.train.steps,
+        first_loss: None,
+        last_loss: None,
+        last_val_loss: None,
+        last_sink1: None,
+        tokens_per_s: 0.0,
+        interrupted: false,
+    })))
 }
 
 /// Set by a signal handler: the training loop checkpoints after the current step and returns
@@ -220,6 +248,9 @@ impl<'a> Trainer<'a> {
     /// when resuming), the fixed validation and probe batches, the writers and the workers.
     fn open(exp: &'a Experiment, opts: &TrainOptions, log: &mut dyn FnMut(&str)) -> Result<Self> {
         let start = run::start(exp, opts.resume)?;
+        for w in &start.warnings {
+            log(w);
+        }
         let run_dir = start.run_dir.clone();
         let data = Dataset::prepare(&exp.data, log)?;
         std::fs::copy(
@@ -360,15 +391,21 @@ impl<'a> Trainer<'a> {
         let (grads, loss) = gradients(self.model(), &batches, &self.device, &self.workers);
         let gnorm = grads.global_norm();
         if !loss.is_finite() || !gnorm.is_finite() {
+            let last_good = match crate::checkpoint::list_checkpoints(&self.run_dir).pop() {
+                Some((s, dir)) => format!(
+                    "the last good checkpoint (step {s}) stays in {}",
+                    dir.display()
+                ),
+                None => "no checkpoint was written before it".to_string(),
+            };
             bail!(
-                "non-finite {} at step {step} (loss {loss}, grad norm {gnorm}); stopping. The last \
-                 good checkpoint stays in {}; lower optim.lr or tighten optim.grad_clip",
+                "non-finite {} at step {step} (loss {loss}, grad norm {gnorm}); stopping; \
+                 {last_good}. Lower optim.lr or tighten optim.grad_clip",
                 if loss.is_finite() {
                     "gradient norm"
                 } else {
                     "loss"
                 },
-                self.run_dir.join("checkpoints").display()
             );
         }
         let model = self
@@ -441,13 +478,42 @@ pub fn train(
     opts: &TrainOptions,
     log: &mut dyn FnMut(&str),
 ) -> Result<TrainSummary> {
-    let mut t = Trainer::open(exp, opts, log)?;
+    if opts.resume
+        && let Some(done) = already_finished(exp)?
+    {
+        log(&format!(
+            "{} already finished all {} steps; nothing to do (its files are unchanged). To train \
+             on from its weights, start a new run with --set 'train.init_from=\"{}\"'",
+            done.run_dir.display(),
+            done.steps_done,
+            done.run_dir.display()
+        ));
+        return Ok(done);
+    }
+    // A start that fails before step 0 is recorded leaves nothing that blocks the next attempt.
+    let had_run = exp.run_dir().join("resolved.toml").exists();
+    let dir_existed = exp.run_dir().exists();
+    let discard = |e: anyhow::Error| {
+        if !had_run {
+            run::discard_stub(&exp.run_dir(), !dir_existed);
+        }
+        e
+    };
+    let mut t = Trainer::open(exp, opts, log).map_err(discard)?;
     let (start_step, total) = (t.start_step, exp.train.steps);
     if start_step == 0 {
-        t.evaluate(0)?;
-        t.probe(0)?;
+        let first = t.evaluate(0).and_then(|_| t.probe(0));
+        if let Err(e) = first {
+            drop(t);
+            return Err(discard(e));
+        }
     }
-    let bar = if opts.quiet {
+    // A terminal gets a progress bar; without one (CI, nohup, a sweep child) progress comes as
+    // about 20 plain lines; --quiet prints only the evaluation and probe lines.
+    let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let show_bar = !opts.quiet && tty;
+    let line_every = (!opts.quiet && !tty).then(|| exp.train.log_every.max(total / 20).max(1));
+    let bar = if !show_bar {
         indicatif::ProgressBar::hidden()
     } else {
         let b = indicatif::ProgressBar::new(total);
@@ -483,11 +549,15 @@ pub fn train(
                     ("train/tokens_seen".into(), tokens_per_step * done as f64),
                 ],
             )?;
-            if opts.quiet {
-                log(&format!(
-                    "step {done}/{total} loss {loss:.4} lr {lr:.2e} gnorm {gnorm:.3} {last_tps:.0} tok/s"
-                ));
-            }
+        }
+        if let Some(k) = line_every
+            && (done % k == 0 || done == total)
+        {
+            let rate = (done - start_step) as f64 / t0.elapsed().as_secs_f64().max(1e-9);
+            log(&format!(
+                "step {done}/{total} loss {loss:.4} lr {lr:.2e} gnorm {gnorm:.3} {last_tps:.0} tok/s, eta {:.0} s",
+                (total - done) as f64 / rate.max(1e-9)
+            ));
         }
         bar.set_message(format!("loss {loss:.4} | {last_tps:.0} tok/s"));
         bar.inc(1);
@@ -512,13 +582,16 @@ pub fn train(
         }
         if !parts.is_empty() {
             let msg = format!("step {done}: {}", parts.join(", "));
-            if opts.quiet {
-                log(&msg);
-            } else {
+            if show_bar {
                 bar.println(msg);
+            } else {
+                log(&msg);
             }
         }
         if done % exp.train.checkpoint_every == 0 || last || stopping {
+            // events and records up to this step reach the disk before the checkpoint that a
+            // resume starts from
+            t.rec.flush()?;
             run::save_checkpoint(&t.run_dir, exp, t.model(), &t.adam, done, t.vocab)?;
         }
         if stopping && !last {
@@ -533,7 +606,7 @@ pub fn train(
             break;
         }
     }
-    bar.finish();
+    bar.finish_and_clear();
     t.rec.flush()?;
     let mut summary = t.summary;
     let steps_run = summary.steps_done - start_step;

@@ -18,7 +18,8 @@ pub struct Args {
     /// Stop after this many optimizer steps, checkpointing first (as if interrupted).
     #[arg(long, value_name = "STEPS")]
     pub stop_after: Option<u64>,
-    /// Plain log lines instead of a progress bar.
+    /// Less output: no progress bar or periodic step lines, only evaluations, probes and the
+    /// result. (Without a terminal, progress comes as about 20 plain step lines instead of a bar.)
     #[arg(long)]
     pub quiet: bool,
 }

@@ -22,3 +22,13 @@ mod validate_skipless;
 
 pub use load::*;
 pub use schema::*;
+
+/// A name that is one ordinary path component: non-empty, letters, digits, '-', '_' and '.',
+/// and not made of dots only (so not `.` or `..`). Run and sweep directories are named so.
+pub fn is_plain_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        && !name.chars().all(|c| c == '.')
+}

@@ -31,17 +31,12 @@ impl Experiment {
                 ),
             );
         }
-        if self.run.name.is_empty()
-            || self
-                .run
-                .name
-                .chars()
-                .any(|c| !(c.is_ascii_alphanumeric() || "-_.".contains(c)))
-        {
+        if !crate::config::is_plain_name(&self.run.name) {
             bad(
                 "run.name",
                 format!(
-                    "found `{}`, expected a non-empty name of letters, digits, '-', '_' or '.'",
+                    "found `{}`, expected a non-empty name of letters, digits, '-', '_' or '.', \
+                     not only dots (the run directory is run.out_dir/run.name and must stay inside it)",
                     self.run.name
                 ),
             );

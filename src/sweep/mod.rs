@@ -276,6 +276,13 @@ pub fn expand_into(file: &Path, out_dir: Option<&Path>) -> Result<(Plan, Vec<Exp
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_else(|| "sweep".into())
     });
+    if !config::is_plain_name(&name) {
+        bail!(
+            "{}: name: found `{name}`, expected a non-empty name of letters, digits, '-', '_' or \
+             '.', not only dots (the sweep directory is out_dir/name and must stay inside it)",
+            file.display()
+        );
+    }
     let dir = out_dir.unwrap_or(&sweep.out_dir).join(&name);
     let mut runs = Vec::new();
     let mut exps = Vec::new();
@@ -493,7 +500,6 @@ fn run_child(
     cmd.arg("train")
         .arg(plan.dir.join("plans").join(format!("{}.toml", run.name)))
         .arg("--resume")
-        .arg("--quiet")
         .env("RAYON_NUM_THREADS", threads.to_string())
         .stdin(std::process::Stdio::null())
         .stdout(log.try_clone()?)

@@ -10,6 +10,7 @@ mod interop;
 mod layout;
 mod metrics_golden;
 mod model_golden;
+mod reliability;
 mod skipless;
 mod sweep;
 mod synthetic;

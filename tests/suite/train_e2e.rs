@@ -257,7 +257,7 @@ fn resume_reproduces_every_later_loss() {
 
     // …and so do its checkpoints, which carry the digest of that older text: a run stopped at
     // step 3 by an earlier sinklab (simulated: resolved.toml without `devices`, the state's
-    // digest that text's) resumes and ends exactly as the uninterrupted run.
+    // digest that text's, no SHA256SUMS) resumes and ends exactly as the uninterrupted run.
     let old = tiny_experiment(dir.path(), "old", &[]);
     let mut stop = quiet();
     stop.stop_after = Some(3);
@@ -277,6 +277,8 @@ fn resume_reproduces_every_later_loss() {
             serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
         state["config_digest"] = digest.clone().into();
         std::fs::write(&p, serde_json::to_string(&state).unwrap()).unwrap();
+        // that sinklab wrote no checksums
+        std::fs::remove_file(ckpt.join("SHA256SUMS")).unwrap();
     }
     train::train(&old, &opts, &mut |_| {}).unwrap();
     assert_eq!(series(&old.run_dir(), "train/loss"), a);
