@@ -87,6 +87,7 @@ pub fn remove_event_files(dir: &Path) {
 pub struct Recorder {
     tb: EventWriter,
     jsonl: std::fs::File,
+    jsonl_path: std::path::PathBuf,
     start: Instant,
 }
 
@@ -126,12 +127,15 @@ impl Recorder {
         Ok(Self {
             tb,
             jsonl,
+            jsonl_path: path,
             start: Instant::now(),
         })
     }
 
     pub fn scalars(&mut self, step: u64, values: &[(String, f64)]) -> Result<()> {
-        self.tb.add_scalars(step as i64, values)?;
+        self.tb
+            .add_scalars(step as i64, values)
+            .with_context(|| format!("writing {}", self.tb.path().display()))?;
         let map: serde_json::Map<String, serde_json::Value> = values
             .iter()
             .map(|(k, v)| (k.clone(), serde_json::json!(v)))
@@ -141,7 +145,8 @@ impl Recorder {
             "time": self.start.elapsed().as_secs_f64(),
             "scalars": map,
         });
-        writeln!(self.jsonl, "{line}")?;
+        writeln!(self.jsonl, "{line}")
+            .with_context(|| format!("writing {}", self.jsonl_path.display()))?;
         Ok(())
     }
 
@@ -150,10 +155,14 @@ impl Recorder {
         let cols = report.importance_first.first().map_or(0, Vec::len);
         let values: Vec<f64> = report.importance_first.iter().flatten().copied().collect();
         let (w, h, px) = heatmap_rgb(&values, rows, cols, 16, 0.0, 1.0);
+        let at = self.tb.path().display().to_string();
         self.tb
-            .add_image_rgb("sink/importance_first_map", step as i64, w, h, &px)?;
-        self.tb
-            .add_histogram("sink/importance_first_hist", step as i64, &values)?;
+            .add_image_rgb("sink/importance_first_map", step as i64, w, h, &px)
+            .and_then(|_| {
+                self.tb
+                    .add_histogram("sink/importance_first_hist", step as i64, &values)
+            })
+            .with_context(|| format!("writing {at}"))?;
         Ok(())
     }
 
@@ -163,8 +172,12 @@ impl Recorder {
     }
 
     pub fn flush(&mut self) -> Result<()> {
-        self.tb.flush()?;
-        self.jsonl.flush()?;
+        self.tb
+            .flush()
+            .with_context(|| format!("writing {}", self.tb.path().display()))?;
+        self.jsonl
+            .flush()
+            .with_context(|| format!("writing {}", self.jsonl_path.display()))?;
         Ok(())
     }
 }

@@ -252,6 +252,8 @@ impl<'a> Trainer<'a> {
             log(w);
         }
         let run_dir = start.run_dir.clone();
+        // the device first: a backend that is not compiled in fails before any data work
+        let base_device = backend::device(exp.run.device)?;
         let data = Dataset::prepare(&exp.data, log)?;
         std::fs::copy(
             data.dir.join("tokenizer.json"),
@@ -264,7 +266,6 @@ impl<'a> Trainer<'a> {
                 data.vocab_size()
             );
         }
-        let base_device = backend::device(exp.run.device)?;
         let device = base_device.clone().autodiff();
         let mut model = Lm::new(&exp.model, vocab, exp.run.seed, &device);
         let mut adam = Optimizer::new(&exp.optim);

@@ -9,6 +9,11 @@ pub struct Args {
     /// Experiment TOML files.
     #[arg(required = true)]
     pub experiments: Vec<PathBuf>,
+    /// Check the files only, not this machine: skip the checks that the device's backend is
+    /// compiled in and that the corpus and tokenizer files exist (for experiments meant for
+    /// another machine, e.g. a GPU cluster).
+    #[arg(long)]
+    pub schema_only: bool,
     #[command(flatten)]
     pub overrides: Overrides,
 }
@@ -16,7 +21,12 @@ pub struct Args {
 pub fn run(a: Args) -> Result<()> {
     let mut failed = 0;
     for path in &a.experiments {
-        match a.overrides.load(path) {
+        match a.overrides.load(path).and_then(|exp| {
+            if !a.schema_only {
+                preflight(&exp).map_err(|e| anyhow!("{}: {e:#}\n", path.display()))?;
+            }
+            Ok(exp)
+        }) {
             Ok(exp) => println!(
                 "ok: {} ({} layers × d {}, {} steps)",
                 path.display(),
@@ -35,6 +45,28 @@ pub fn run(a: Args) -> Result<()> {
             "{failed} of {} files have errors",
             a.experiments.len()
         ));
+    }
+    Ok(())
+}
+
+/// What can be verified before a run spends time: the device's backend is compiled in, the
+/// corpus exists and is readable, a tokenizer file exists.
+fn preflight(exp: &crate::config::Experiment) -> Result<()> {
+    let name = exp.run.device.name();
+    let compiled = crate::backend::compiled_features();
+    if !compiled.contains(&name) {
+        return Err(anyhow!(
+            "run.device = \"{name}\": this sinklab binary was built without the `{name}` cargo \
+             feature (compiled in: [{}]); rebuild with `cargo build --release --features {name}`",
+            compiled.join(", ")
+        ));
+    }
+    if exp.data.synthetic.is_none() {
+        crate::data::Corpus::check(&exp.data.corpus).map_err(|e| anyhow!("data.corpus: {e:#}"))?;
+    }
+    if let crate::config::TokenizerConfig::File { path, .. } = &exp.data.tokenizer {
+        std::fs::metadata(path)
+            .map_err(|e| anyhow!("data.tokenizer.path: {}: {e}", path.display()))?;
     }
     Ok(())
 }

@@ -45,8 +45,57 @@ impl fmt::Display for ConfigErrors {
 
 impl std::error::Error for ConfigErrors {}
 
+/// Where each key of a merged table came from: dotted path → file (or `--set …`), the last
+/// writer winning, so that an error names the file that holds the mistake.
+pub type Origins = std::collections::HashMap<String, String>;
+
+fn record(origins: &mut Origins, prefix: &str, table: &toml::Table, source: &str) {
+    for (k, v) in table {
+        let path = if prefix.is_empty() {
+            k.clone()
+        } else {
+            format!("{prefix}.{k}")
+        };
+        if let toml::Value::Table(t) = v {
+            record(origins, &path, t, source);
+        }
+        origins.insert(path, source.to_string());
+    }
+}
+
+/// The source of the longest recorded prefix of `path`, else `default`.
+fn origin(origins: &Origins, path: &str, default: &str) -> String {
+    let segs: Vec<&str> = path.split('.').collect();
+    (1..=segs.len())
+        .rev()
+        .find_map(|i| origins.get(&segs[..i].join(".")))
+        .cloned()
+        .unwrap_or_else(|| default.to_string())
+}
+
+/// "not valid TOML at line L, column C: message" for a parse error of `text`.
+fn syntax_error(text: &str, e: &toml::de::Error) -> String {
+    let at = match e.span() {
+        Some(span) => {
+            let before = &text[..span.start.min(text.len())];
+            let line = before.matches('\n').count() + 1;
+            let col = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+            format!(" at line {line}, column {col}")
+        }
+        None => String::new(),
+    };
+    format!(
+        "not valid TOML{at}: {}",
+        e.message().trim().replace('\n', "; ")
+    )
+}
+
 /// Read a file and its `base` chain into one merged TOML table.
-fn load_merged(path: &Path, chain: &mut Vec<PathBuf>) -> Result<toml::Table, ConfigError> {
+fn load_merged(
+    path: &Path,
+    chain: &mut Vec<PathBuf>,
+    origins: &mut Origins,
+) -> Result<toml::Table, ConfigError> {
     let file = path.display().to_string();
     let err = |path: &str, message: String| ConfigError {
         file: file.clone(),
@@ -56,22 +105,27 @@ fn load_merged(path: &Path, chain: &mut Vec<PathBuf>) -> Result<toml::Table, Con
     let canonical = path
         .canonicalize()
         .map_err(|e| err("", format!("cannot read file: {e}")))?;
-    if chain.contains(&canonical) {
+    if let Some(i) = chain.iter().position(|c| c == &canonical) {
+        let mut cycle: Vec<String> = chain[i..].iter().map(|p| p.display().to_string()).collect();
+        cycle.push(canonical.display().to_string());
         return Err(err(
             "base",
-            "inheritance cycle: this file is its own base".into(),
+            format!("inheritance cycle: {}", cycle.join(" → ")),
         ));
     }
     chain.push(canonical);
     let text =
         std::fs::read_to_string(path).map_err(|e| err("", format!("cannot read file: {e}")))?;
-    let mut table: toml::Table = toml::from_str(&text)
-        .map_err(|e| err("", format!("not valid TOML: {}", e.message().trim())))?;
+    let mut table: toml::Table =
+        toml::from_str(&text).map_err(|e| err("", syntax_error(&text, &e)))?;
     match table.remove("base") {
-        None => Ok(table),
+        None => {
+            record(origins, "", &table, &file);
+            Ok(table)
+        }
         Some(toml::Value::String(base)) => {
             let base_path = path.parent().unwrap_or(Path::new(".")).join(&base);
-            let mut merged = load_merged(&base_path, chain).map_err(|mut e| {
+            let mut merged = load_merged(&base_path, chain, origins).map_err(|mut e| {
                 if e.path.is_empty() && e.message.starts_with("cannot read") {
                     e = err(
                         "base",
@@ -80,6 +134,7 @@ fn load_merged(path: &Path, chain: &mut Vec<PathBuf>) -> Result<toml::Table, Con
                 }
                 e
             })?;
+            record(origins, "", &table, &file);
             deep_merge(&mut merged, table);
             Ok(merged)
         }
@@ -116,6 +171,15 @@ pub fn deep_merge(base: &mut toml::Table, over: toml::Table) {
 /// Apply one `a.b.c=value` override. The value is parsed as a TOML value (`3e-4`, `true`,
 /// `[1, 2]`, `{ kind = "nope" }`); anything that is not valid TOML is taken as a string.
 pub fn apply_override(table: &mut toml::Table, assignment: &str) -> Result<(), String> {
+    apply_override_from(table, assignment, &mut Origins::new())
+}
+
+/// [`apply_override`], recording `--set` as the origin of the keys it sets.
+fn apply_override_from(
+    table: &mut toml::Table,
+    assignment: &str,
+    origins: &mut Origins,
+) -> Result<(), String> {
     let (key, raw) = assignment
         .split_once('=')
         .ok_or_else(|| format!("--set `{assignment}`: expected KEY=VALUE, e.g. optim.lr=1e-3"))?;
@@ -141,8 +205,40 @@ pub fn apply_override(table: &mut toml::Table, assignment: &str) -> Result<(), S
             .expect("fresh table");
     }
     cursor.insert(segments[segments.len() - 1].to_string(), value);
+    record(origins, "", &over, &format!("--set `{assignment}`"));
     deep_merge(table, over);
     Ok(())
+}
+
+/// The valid `kind`s of the tagged enum at `segs`, found by asking the schema about an
+/// impossible one.
+fn choices(table: &toml::Table, segs: &[String]) -> String {
+    let mut probe = table.clone();
+    let Some((last, init)) = segs.split_last() else {
+        return "(see the README)".into();
+    };
+    let mut cursor = &mut probe;
+    for seg in init {
+        match cursor.get_mut(seg) {
+            Some(toml::Value::Table(t)) => cursor = t,
+            _ => return "(see the README)".into(),
+        }
+    }
+    let mut bad = toml::Table::new();
+    bad.insert("kind".into(), toml::Value::String("\u{1}".into()));
+    cursor.insert(last.clone(), toml::Value::Table(bad));
+    match serde_path_to_error::deserialize::<_, Experiment>(toml::Value::Table(probe)) {
+        Err(e) => {
+            let m = e.inner().to_string();
+            match m.split_once("expected ") {
+                Some((_, list)) if m.contains("unknown variant") => {
+                    list.lines().next().unwrap_or("").to_string()
+                }
+                _ => "(see the README)".into(),
+            }
+        }
+        Ok(_) => "(see the README)".into(),
+    }
 }
 
 /// Remove the value at a serde path from a table; returns false when the path does not exist.
@@ -191,7 +287,11 @@ fn explain(message: &str) -> String {
 /// Deserialize a merged table, collecting every structural error: unknown keys, wrong types,
 /// unknown enum choices. Each failing key is removed and deserialization retried, so one
 /// mistake does not hide the next.
-fn deserialize_all(file: &str, mut table: toml::Table) -> Result<Experiment, ConfigErrors> {
+fn deserialize_all(
+    file: &str,
+    mut table: toml::Table,
+    origins: &Origins,
+) -> Result<Experiment, ConfigErrors> {
     let mut errors = Vec::new();
     let mut removed: Vec<String> = Vec::new();
     for _ in 0..256 {
@@ -221,7 +321,7 @@ fn deserialize_all(file: &str, mut table: toml::Table) -> Result<Experiment, Con
                         .map(|(_, v)| v.to_string())
                         .unwrap_or_default();
                     errors.push(ConfigError {
-                        file: file.into(),
+                        file: origin(origins, &segs.join("."), file),
                         path: segs.join("."),
                         message: format!("unknown key; valid keys here: {valid}"),
                     });
@@ -235,16 +335,24 @@ fn deserialize_all(file: &str, mut table: toml::Table) -> Result<Experiment, Con
                     // second mistake. Either way, drop the incomplete table and go on.
                     if !removed.contains(&full.join(".")) {
                         errors.push(ConfigError {
-                            file: file.into(),
+                            file: origin(origins, &segs.join("."), file),
                             path: full.join("."),
                             message: "missing required key".into(),
                         });
                     }
                 } else {
+                    let mut message = explain(&msg);
+                    if let Some((before, _)) = message.split_once("expected internally tagged enum")
+                    {
+                        message = format!(
+                            "{before}expected a table {{ kind = \"…\" }} with kind {}",
+                            choices(&table, &segs)
+                        );
+                    }
                     errors.push(ConfigError {
-                        file: file.into(),
+                        file: origin(origins, &segs.join("."), file),
                         path: segs.join("."),
-                        message: explain(&msg),
+                        message,
                     });
                 }
                 removed.push(segs.join("."));
@@ -260,10 +368,12 @@ fn deserialize_all(file: &str, mut table: toml::Table) -> Result<Experiment, Con
 /// Load an experiment file with its base chain and overrides, and validate it.
 pub fn load(path: &Path, overrides: &[String]) -> Result<Experiment, ConfigErrors> {
     let file = path.display().to_string();
-    let mut table = load_merged(path, &mut Vec::new()).map_err(|e| ConfigErrors(vec![e]))?;
+    let mut origins = Origins::new();
+    let mut table =
+        load_merged(path, &mut Vec::new(), &mut origins).map_err(|e| ConfigErrors(vec![e]))?;
     let mut errors = Vec::new();
     for o in overrides {
-        if let Err(message) = apply_override(&mut table, o) {
+        if let Err(message) = apply_override_from(&mut table, o, &mut origins) {
             errors.push(ConfigError {
                 file: "--set".into(),
                 path: String::new(),
@@ -274,18 +384,27 @@ pub fn load(path: &Path, overrides: &[String]) -> Result<Experiment, ConfigError
     if !errors.is_empty() {
         return Err(ConfigErrors(errors));
     }
-    from_table(&file, table)
+    from_table_with(&file, table, &origins)
 }
 
 /// An experiment file merged with its base chain, before deserialization (for sweeps).
 pub fn load_table(path: &Path) -> Result<toml::Table, ConfigErrors> {
-    load_merged(path, &mut Vec::new()).map_err(|e| ConfigErrors(vec![e]))
+    load_merged(path, &mut Vec::new(), &mut Origins::new()).map_err(|e| ConfigErrors(vec![e]))
 }
 
 /// Deserialize and validate a merged experiment table; errors name `file`.
-pub fn from_table(file: &str, mut table: toml::Table) -> Result<Experiment, ConfigErrors> {
+pub fn from_table(file: &str, table: toml::Table) -> Result<Experiment, ConfigErrors> {
+    from_table_with(file, table, &Origins::new())
+}
+
+/// [`from_table`] naming, for each error, the file (or `--set`) its key came from.
+fn from_table_with(
+    file: &str,
+    mut table: toml::Table,
+    origins: &Origins,
+) -> Result<Experiment, ConfigErrors> {
     fill_dependent_defaults(&mut table);
-    let exp = deserialize_all(file, table)?;
+    let exp = deserialize_all(file, table, origins)?;
     let problems = exp.validate();
     if problems.is_empty() {
         Ok(exp)
@@ -294,7 +413,7 @@ pub fn from_table(file: &str, mut table: toml::Table) -> Result<Experiment, Conf
             problems
                 .into_iter()
                 .map(|(path, message)| ConfigError {
-                    file: file.to_string(),
+                    file: origin(origins, &path, file),
                     path,
                     message,
                 })
@@ -309,7 +428,7 @@ pub fn from_str(name: &str, text: &str) -> Result<Experiment, ConfigErrors> {
         ConfigErrors(vec![ConfigError {
             file: name.into(),
             path: String::new(),
-            message: format!("not valid TOML: {}", e.message().trim()),
+            message: syntax_error(text, &e),
         }])
     })?;
     from_table(name, table)

@@ -112,6 +112,31 @@ impl Corpus {
         Self::from_texts("embedded", texts)
     }
 
+    /// Check that `spec` names a readable corpus (its manifest and every domain file), without
+    /// reading the texts.
+    pub fn check(spec: &str) -> Result<()> {
+        if spec == "embedded" {
+            return Ok(());
+        }
+        let dir = PathBuf::from(spec);
+        let mpath = dir.join("manifest.json");
+        let text = std::fs::read_to_string(&mpath).with_context(|| {
+            format!(
+                "{spec:?}: cannot read {}; expected \"embedded\" or a corpus directory built by \
+                 `python3 scripts/build_corpus.py`",
+                mpath.display()
+            )
+        })?;
+        let manifest: Manifest = serde_json::from_str(&text)
+            .with_context(|| format!("{}: not a sinklab corpus manifest", mpath.display()))?;
+        for (domain, d) in &manifest.domains {
+            let p = dir.join(&d.file);
+            std::fs::File::open(&p)
+                .with_context(|| format!("corpus domain {domain}: cannot open {}", p.display()))?;
+        }
+        Ok(())
+    }
+
     /// Load `"embedded"` or a corpus directory.
     pub fn load(spec: &str) -> Result<Self> {
         if spec == "embedded" {
@@ -275,7 +300,18 @@ impl Dataset {
                         })
                     })
                     .collect();
-                Tokenizer::train_bpe(*vocab_size, train_texts.into_iter())?
+                let tok = Tokenizer::train_bpe(*vocab_size, train_texts.into_iter())?;
+                if tok.vocab_size() < *vocab_size {
+                    bail!(
+                        "data.tokenizer.vocab_size = {vocab_size}: the training split of corpus {:?} \
+                         yields only {} ids (every pair seen twice is merged); lower the vocabulary to \
+                         at most {} or use a larger corpus",
+                        cfg.corpus,
+                        tok.vocab_size(),
+                        tok.vocab_size()
+                    );
+                }
+                tok
             }
         };
         let mut domains = Vec::new();

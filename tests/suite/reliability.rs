@@ -323,3 +323,154 @@ fn without_a_terminal_progress_is_plain_lines_and_quiet_prints_less() {
     assert!(err_q.lines().count() < err.lines().count());
     assert!(out_q.starts_with("done: 40 steps"), "{out_q}");
 }
+
+/// The short version of `scripts/fault_inject.py`: SIGKILLs at random moments and flipped
+/// checkpoint bytes, then every metrics.jsonl value and every TensorBoard point must equal an
+/// uninterrupted run's (whatever moments the kills hit, the result must be the same).
+#[test]
+fn random_kills_and_corrupted_checkpoints_leave_the_run_exact() {
+    let (ok, out) = run_python(
+        "fault_inject.py",
+        &[
+            "--kills",
+            "6",
+            "--corrupt-every",
+            "3",
+            "--steps",
+            "150",
+            "--exe",
+            env!("CARGO_BIN_EXE_sinklab"),
+        ],
+    );
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("values equal the uninterrupted run's"),
+        "{out}"
+    );
+    assert!(out.contains("TensorBoard: OK"), "{out}");
+}
+
+#[test]
+fn check_catches_a_missing_backend_and_corpus_and_a_vocabulary_too_big_for_the_corpus() {
+    let dir = tempfile::tempdir().unwrap();
+    tiny_experiment(dir.path(), "pre", &[]);
+    let file = dir.path().join("pre.toml");
+    let f = file.to_str().unwrap();
+    let (code, _, err) = sinklab_in(
+        Some(dir.path()),
+        &["check", f, "--set", "run.device=\"cuda\""],
+    );
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("run.device") && err.contains("`cuda` cargo feature"),
+        "{err}"
+    );
+    let (code, _, err) = sinklab_in(
+        Some(dir.path()),
+        &["check", f, "--set", "data.corpus=\"/no/such/corpus\""],
+    );
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("data.corpus") && err.contains("/no/such/corpus/manifest.json"),
+        "{err}"
+    );
+    let (code, out, _) = sinklab_in(Some(dir.path()), &["check", f]);
+    assert_eq!(code, 0, "{out}");
+    // training stops at the device before any tokenizer training or data preparation
+    let exp = tiny_experiment(
+        dir.path(),
+        "pre",
+        &[
+            "run.device=\"cuda\"",
+            "data.tokenizer={kind=\"bpe\", vocab_size=300}",
+        ],
+    );
+    let err = format!(
+        "{:#}",
+        train::train(&exp, &opts(false), &mut |_| {}).err().unwrap()
+    );
+    assert!(err.contains("cuda"), "{err}");
+    assert!(
+        !dir.path().join("cache").exists(),
+        "data was prepared before the device failed"
+    );
+    // a corpus too small for the vocabulary says so (no silent shrinking)
+    let corpus = dir.path().join("small");
+    std::fs::create_dir_all(&corpus).unwrap();
+    std::fs::write(
+        corpus.join("a.txt"),
+        "to be or not to be, that is the question\n".repeat(40),
+    )
+    .unwrap();
+    std::fs::write(
+        corpus.join("manifest.json"),
+        r#"{"name": "small", "domains": {"a": {"file": "a.txt"}}}"#,
+    )
+    .unwrap();
+    let exp = tiny_experiment(
+        dir.path(),
+        "small",
+        &[
+            &format!("data.corpus={:?}", corpus.display().to_string()),
+            "data.tokenizer={kind=\"bpe\", vocab_size=2048}",
+        ],
+    );
+    let err = format!(
+        "{:#}",
+        train::train(&exp, &opts(false), &mut |_| {}).err().unwrap()
+    );
+    assert!(
+        err.contains("vocab_size = 2048") && err.contains("yields only"),
+        "{err}"
+    );
+}
+
+#[test]
+fn config_errors_name_the_file_or_set_flag_that_holds_the_mistake() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    p("base.toml", "[model]\nd_modle = 3\npositions = \"rope\"\n");
+    let top = p("top.toml", "base = \"base.toml\"\n[run]\nname = \"x\"\n");
+    let err = config::load(&top, &["optim.lr=\"fast\"".to_string()])
+        .unwrap_err()
+        .to_string();
+    // mistakes in the base are the base's; the bad --set value is --set's
+    assert!(
+        err.contains("base.toml: `model.d_modle`: unknown key"),
+        "{err}"
+    );
+    // a combination the base file got wrong is the base's too
+    p("base2.toml", "[model]\nn_heads = 5\n");
+    let top2 = p("top2.toml", "base = \"base2.toml\"\n");
+    let err2 = config::load(&top2, &[]).unwrap_err().to_string();
+    assert!(err2.contains("base2.toml: `model.n_heads`"), "{err2}");
+    assert!(
+        err.contains("--set `optim.lr=\"fast\"`: `optim.lr`: wrong type"),
+        "{err}"
+    );
+    // no Rust type names; the valid choices instead
+    assert!(
+        !err.contains("PositionsConfig") && !err.contains("internally tagged"),
+        "{err}"
+    );
+    assert!(
+        err.contains("base.toml: `model.positions`") && err.contains("`rope`, `relative`"),
+        "{err}"
+    );
+    // a two-file cycle names both files
+    let c = p("c.toml", "base = \"d.toml\"\n");
+    p("d.toml", "base = \"c.toml\"\n");
+    let err = config::load(&c, &[]).unwrap_err().to_string();
+    assert!(
+        err.contains("c.toml →") && err.contains("d.toml →"),
+        "{err}"
+    );
+    // a syntax error gives line and column
+    let e = p("e.toml", "[run]\nname = \"x\"\n[model\nd_model = 3\n");
+    let err = config::load(&e, &[]).unwrap_err().to_string();
+    assert!(err.contains("line 3, column 7"), "{err}");
+}
