@@ -6,7 +6,7 @@ finished run equals an uninterrupted one, in metrics.jsonl and in TensorBoard's 
 
 Trains experiments/quickstart.toml (shortened: --steps, checkpoints every 10 steps, probes every
 25, evaluations every 50) once without faults, then again under faults: each attempt is
-`sinklab train --resume`, killed with SIGKILL after a random 0.05–2.5 s (during steps, probes,
+`sinklab train --resume`, killed with SIGKILL after a random 0.05–2.5 s (--max-wait; during steps, probes,
 event and checkpoint writes alike), and every --corrupt-every kills one byte of a random file of
 the newest checkpoint is flipped (sinklab must detect it by its SHA256SUMS and resume from the
 newest good checkpoint). After --kills kills the run is resumed to the end. Then every (step, tag)
@@ -56,6 +56,7 @@ def main() -> int:
     ap.add_argument("--corrupt-every", type=int, default=7)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--max-wait", type=float, default=2.5, help="longest run before a kill (s)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
     ap.add_argument("--no-disk-full", action="store_true", help="skip the full-disk phase")
     ap.add_argument("--exe", help="the sinklab binary (default: $SINKLAB, else target/release/sinklab)")
@@ -97,7 +98,7 @@ def main() -> int:
                     corruptions += 1
         proc = subprocess.Popen(cmd("faulty", True), stdout=log, stderr=log)
         try:
-            proc.wait(timeout=rng.uniform(0.05, 2.5))
+            proc.wait(timeout=rng.uniform(0.05, args.max_wait))
             finished_early += 1  # the run ended before the kill: start it again (a no-op if done)
             if proc.returncode != 0:
                 raise SystemExit(f"attempt failed with {proc.returncode}; see {tmp}/faulty.log")
