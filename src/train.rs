@@ -62,16 +62,25 @@ fn already_finished(exp: &Experiment) -> Result<Option<TrainSummary>> {
     let summary = std::fs::read_to_string(run_dir.join("summary.json"))
         .ok()
         .and_then(|t| serde_json::from_str::<TrainSummary>(&t).ok());
-    Ok(Some(summary.unwrap_or(TrainSummary {
-        run_dir: run_dir.clone(),
-        steps_done: exp.train.steps,
-        first_loss: None,
-        last_loss: None,
-        last_val_loss: None,
-        last_sink1: None,
-        tokens_per_s: 0.0,
-        interrupted: false,
+    Ok(Some(summary.unwrap_or_else(|| {
+        TrainSummary::empty(run_dir.clone(), exp.train.steps)
     })))
+}
+
+impl TrainSummary {
+    /// A summary with no numbers yet, at `steps_done`.
+    fn empty(run_dir: PathBuf, steps_done: u64) -> Self {
+        TrainSummary {
+            run_dir,
+            steps_done,
+            first_loss: None,
+            last_loss: None,
+            last_val_loss: None,
+            last_sink1: None,
+            tokens_per_s: 0.0,
+            interrupted: false,
+        }
+    }
 }
 
 /// Set by a signal handler: the training loop checkpoints after the current step and returns
@@ -339,16 +348,7 @@ impl<'a> Trainer<'a> {
             workers.threads_per_worker(),
             plural(workers.threads_per_worker(), "s"),
         ));
-        let summary = TrainSummary {
-            run_dir: run_dir.clone(),
-            steps_done: start_step,
-            first_loss: None,
-            last_loss: None,
-            last_val_loss: None,
-            last_sink1: None,
-            tokens_per_s: 0.0,
-            interrupted: false,
-        };
+        let summary = TrainSummary::empty(run_dir.clone(), start_step);
         Ok(Self {
             exp,
             run_dir,

@@ -81,16 +81,20 @@ pub fn run_result(plan: &Plan, run: &RunPlan, eps: &str, threshold: f64) -> RunR
         .iter()
         .filter_map(|(st, s)| s.get(&key).map(|v| (*st, *v)))
         .collect();
-    let norm_ratio = records
-        .iter()
-        .rev()
-        .find(|(_, s)| s.keys().any(|k| k.starts_with("act/norm_ratio/")))
-        .map(|(_, s)| {
-            s.iter()
-                .filter(|(k, _)| k.starts_with("act/norm_ratio/"))
-                .map(|(_, v)| *v)
-                .fold(f64::NEG_INFINITY, f64::max)
-        });
+    // the last record holding `prefix*` tags, folded over them
+    let last_fold = |prefix: &str, init: f64, f: fn(f64, f64) -> f64| {
+        records
+            .iter()
+            .rev()
+            .find(|(_, s)| s.keys().any(|k| k.starts_with(prefix)))
+            .map(|(_, s)| {
+                s.iter()
+                    .filter(|(k, _)| k.starts_with(prefix))
+                    .map(|(_, v)| *v)
+                    .fold(init, f)
+            })
+    };
+    let norm_ratio = last_fold("act/norm_ratio/", f64::NEG_INFINITY, f64::max);
     let val: Vec<(u64, f64)> = records
         .iter()
         .filter_map(|(st, s)| s.get("val/loss").map(|v| (*st, *v)))
@@ -102,16 +106,7 @@ pub fn run_result(plan: &Plan, run: &RunPlan, eps: &str, threshold: f64) -> RunR
         }
         _ => None,
     };
-    let value_drain = records
-        .iter()
-        .rev()
-        .find(|(_, s)| s.keys().any(|k| k.starts_with("kv/value_drain/")))
-        .map(|(_, s)| {
-            s.iter()
-                .filter(|(k, _)| k.starts_with("kv/value_drain/"))
-                .map(|(_, v)| *v)
-                .fold(f64::INFINITY, f64::min)
-        });
+    let value_drain = last_fold("kv/value_drain/", f64::INFINITY, f64::min);
     let mut sink_k = Vec::new();
     while let Some(v) = last(&format!("sink/rate_eps{eps}/pos{:02}", sink_k.len() + 1)) {
         sink_k.push(v);

@@ -45,22 +45,10 @@ fn hvalue(toml_text: &str) -> HValue {
     }
 }
 
-fn has_event_file(dir: &Path) -> bool {
-    std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .any(|e| {
-            e.file_name()
-                .to_string_lossy()
-                .starts_with("events.out.tfevents.")
-        })
-}
-
 /// The experiment (hyper-parameters with their values, metrics) at the sweep root, unless an
 /// event file is already there.
 pub fn write_experiment(plan: &Plan) -> Result<()> {
-    if has_event_file(&plan.dir) {
+    if crate::recorder::has_event_files(&plan.dir) {
         return Ok(());
     }
     let mut hparams: Vec<(String, Vec<HValue>)> = plan
