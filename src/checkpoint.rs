@@ -15,23 +15,20 @@ use std::path::{Path, PathBuf};
 
 /// Write `bytes` to `path` atomically: temp file in the same directory, fsync, rename.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let tmp = dir.join(format!(
-        ".{}.tmp{}",
-        path.file_name().and_then(|n| n.to_str()).unwrap_or("file"),
-        std::process::id()
-    ));
-    {
-        let mut f =
-            std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
-        f.write_all(bytes)
-            .with_context(|| format!("writing {}", tmp.display()))?;
-        f.sync_all().ok();
+    write_file_atomic(path, &mut |w| Ok(w.write_all(bytes)?))
+}
+
+/// Move a directory built under `tmp` into place at `out` once `built` succeeded; on any
+/// failure remove `tmp`, so that nothing half-written is left. `what` names it in errors.
+pub fn publish_dir(built: Result<()>, tmp: &Path, out: &Path, what: &str) -> Result<()> {
+    if let Err(e) = built {
+        std::fs::remove_dir_all(tmp).ok();
+        return Err(e);
     }
-    std::fs::rename(&tmp, path)
-        .with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))?;
-    Ok(())
+    std::fs::rename(tmp, out).with_context(|| {
+        std::fs::remove_dir_all(tmp).ok();
+        format!("moving {what} into {}", out.display())
+    })
 }
 
 /// A host-side f32 tensor.

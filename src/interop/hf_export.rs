@@ -281,14 +281,7 @@ pub fn export(run_dir: &Path, ckpt: &Path, out: &Path) -> Result<ExportSummary> 
             .with_context(|| format!("copying {}", tok_path.display()))?;
         Ok(())
     })();
-    if let Err(e) = written {
-        std::fs::remove_dir_all(&tmp).ok();
-        return Err(e);
-    }
-    std::fs::rename(&tmp, out).with_context(|| {
-        std::fs::remove_dir_all(&tmp).ok();
-        format!("moving the export into {}", out.display())
-    })?;
+    checkpoint::publish_dir(written, &tmp, out, "the export")?;
     Ok(ExportSummary {
         model_type,
         tensors: hf.len(),

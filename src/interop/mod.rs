@@ -392,14 +392,7 @@ pub fn import(
         )?;
         Ok(())
     })();
-    if let Err(e) = written {
-        std::fs::remove_dir_all(&tmp).ok();
-        return Err(e);
-    }
-    std::fs::rename(&tmp, out).with_context(|| {
-        std::fs::remove_dir_all(&tmp).ok();
-        format!("moving the imported run into {}", out.display())
-    })?;
+    checkpoint::publish_dir(written, &tmp, out, "the imported run")?;
     exp.run.out_dir = parent.to_path_buf();
     Ok(ImportSummary {
         run_dir: out.to_path_buf(),
