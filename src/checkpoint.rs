@@ -151,82 +151,146 @@ pub enum FileBody<'a> {
     ),
 }
 
-/// Read every tensor of an F32 safetensors file, tensor by tensor through a small buffer (the
-/// file's bytes are never held beside the tensors: loading a model costs the model's size).
-pub fn load_safetensors(path: &Path) -> Result<BTreeMap<String, HostTensor>> {
-    use std::io::{Read, Seek, SeekFrom};
-    let bad = |what: String| anyhow::anyhow!("{}: not a safetensors file ({what})", path.display());
-    let mut f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    let file_len = f.metadata()?.len();
-    let mut len8 = [0u8; 8];
-    f.read_exact(&mut len8)
-        .map_err(|e| bad(format!("header length: {e}")))?;
-    let n = u64::from_le_bytes(len8);
-    if n > file_len.saturating_sub(8) || n > 100 << 20 {
-        return Err(bad(format!(
-            "header length {n} for a file of {file_len} bytes"
-        )));
+/// Named host tensors handed out one at a time, so that a model loads with one tensor in
+/// flight: a map in memory, or a safetensors file read on demand ([`SafetensorsReader`]).
+pub trait TensorSource {
+    /// Remove and return the tensor `name`; `Ok(None)` if the source has no such tensor.
+    fn take(&mut self, name: &str) -> Result<Option<HostTensor>>;
+    /// Names not taken yet.
+    fn rest(&self) -> Vec<String>;
+}
+
+impl TensorSource for BTreeMap<String, HostTensor> {
+    fn take(&mut self, name: &str) -> Result<Option<HostTensor>> {
+        Ok(self.remove(name))
     }
-    let mut header = vec![0u8; n as usize];
-    f.read_exact(&mut header)
-        .map_err(|e| bad(format!("header: {e}")))?;
-    let header: serde_json::Map<String, serde_json::Value> =
-        serde_json::from_slice(&header).map_err(|e| bad(format!("header JSON: {e}")))?;
-    let data_start = 8 + n;
-    let mut entries = Vec::new();
-    for (name, v) in &header {
-        if name == "__metadata__" {
-            continue;
-        }
-        let dtype = v["dtype"].as_str().unwrap_or("?");
-        if dtype != "F32" {
-            bail!(
-                "{}: tensor {name} has dtype {dtype}, expected F32",
-                path.display()
-            );
-        }
-        let shape: Vec<usize> = v["shape"]
-            .as_array()
-            .ok_or_else(|| bad(format!("tensor {name} has no shape")))?
-            .iter()
-            .map(|x| x.as_u64().map(|x| x as usize))
-            .collect::<Option<_>>()
-            .ok_or_else(|| bad(format!("tensor {name}: shape {}", v["shape"])))?;
-        let offs = v["data_offsets"].as_array();
-        let (Some(begin), Some(end)) = (
-            offs.and_then(|o| o.first()).and_then(|x| x.as_u64()),
-            offs.and_then(|o| o.get(1)).and_then(|x| x.as_u64()),
-        ) else {
+    fn rest(&self) -> Vec<String> {
+        self.keys().cloned().collect()
+    }
+}
+
+/// An F32 safetensors file opened for reading tensor by tensor: the header is parsed and
+/// checked up front (dtype, shape against byte range, range inside the file); the data is read
+/// through a small buffer when a tensor is taken, so the file's bytes are never held beside the
+/// tensors.
+pub struct SafetensorsReader {
+    path: PathBuf,
+    file: std::fs::File,
+    data_start: u64,
+    /// name → (shape, begin offset in the data section)
+    entries: BTreeMap<String, (Vec<usize>, u64)>,
+}
+
+impl SafetensorsReader {
+    pub fn open(path: &Path) -> Result<Self> {
+        use std::io::Read;
+        let bad =
+            |what: String| anyhow::anyhow!("{}: not a safetensors file ({what})", path.display());
+        let mut f =
+            std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+        let file_len = f.metadata()?.len();
+        let mut len8 = [0u8; 8];
+        f.read_exact(&mut len8)
+            .map_err(|e| bad(format!("header length: {e}")))?;
+        let n = u64::from_le_bytes(len8);
+        if n > file_len.saturating_sub(8) || n > 100 << 20 {
             return Err(bad(format!(
-                "tensor {name}: data_offsets {}",
-                v["data_offsets"]
+                "header length {n} for a file of {file_len} bytes"
             )));
+        }
+        let mut header = vec![0u8; n as usize];
+        f.read_exact(&mut header)
+            .map_err(|e| bad(format!("header: {e}")))?;
+        let header: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_slice(&header).map_err(|e| bad(format!("header JSON: {e}")))?;
+        let data_start = 8 + n;
+        let mut entries = BTreeMap::new();
+        for (name, v) in &header {
+            if name == "__metadata__" {
+                continue;
+            }
+            let dtype = v["dtype"].as_str().unwrap_or("?");
+            if dtype != "F32" {
+                bail!(
+                    "{}: tensor {name} has dtype {dtype}, expected F32",
+                    path.display()
+                );
+            }
+            let shape: Vec<usize> = v["shape"]
+                .as_array()
+                .ok_or_else(|| bad(format!("tensor {name} has no shape")))?
+                .iter()
+                .map(|x| x.as_u64().map(|x| x as usize))
+                .collect::<Option<_>>()
+                .ok_or_else(|| bad(format!("tensor {name}: shape {}", v["shape"])))?;
+            let offs = v["data_offsets"].as_array();
+            let (Some(begin), Some(end)) = (
+                offs.and_then(|o| o.first()).and_then(|x| x.as_u64()),
+                offs.and_then(|o| o.get(1)).and_then(|x| x.as_u64()),
+            ) else {
+                return Err(bad(format!(
+                    "tensor {name}: data_offsets {}",
+                    v["data_offsets"]
+                )));
+            };
+            let count: usize = shape.iter().product();
+            if end < begin || end - begin != 4 * count as u64 || data_start + end > file_len {
+                return Err(bad(format!(
+                    "tensor {name}: offsets {begin}..{end} for shape {shape:?} in {file_len} bytes"
+                )));
+            }
+            entries.insert(name.clone(), (shape, begin));
+        }
+        Ok(Self {
+            path: path.to_path_buf(),
+            file: f,
+            data_start,
+            entries,
+        })
+    }
+}
+
+impl TensorSource for SafetensorsReader {
+    fn take(&mut self, name: &str) -> Result<Option<HostTensor>> {
+        use std::io::{Read, Seek, SeekFrom};
+        let Some((shape, begin)) = self.entries.remove(name) else {
+            return Ok(None);
         };
         let count: usize = shape.iter().product();
-        if end < begin || end - begin != 4 * count as u64 || data_start + end > file_len {
-            return Err(bad(format!(
-                "tensor {name}: offsets {begin}..{end} for shape {shape:?} in {file_len} bytes"
-            )));
-        }
-        entries.push((begin, name.clone(), shape, count));
-    }
-    entries.sort();
-    let mut out = BTreeMap::new();
-    let mut buf = vec![0u8; 1 << 16];
-    for (begin, name, shape, count) in entries {
-        f.seek(SeekFrom::Start(data_start + begin))?;
+        self.file.seek(SeekFrom::Start(self.data_start + begin))?;
         let mut data = Vec::with_capacity(count);
+        let mut buf = vec![0u8; 1 << 16];
         while data.len() < count {
             let take = (4 * (count - data.len())).min(buf.len());
-            f.read_exact(&mut buf[..take])
-                .with_context(|| format!("{}: reading tensor {name}", path.display()))?;
+            self.file
+                .read_exact(&mut buf[..take])
+                .with_context(|| format!("{}: reading tensor {name}", self.path.display()))?;
             data.extend(
                 buf[..take]
                     .chunks_exact(4)
                     .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])),
             );
         }
-        out.insert(name, HostTensor { shape, data });
+        Ok(Some(HostTensor { shape, data }))
+    }
+    fn rest(&self) -> Vec<String> {
+        self.entries.keys().cloned().collect()
+    }
+}
+
+/// Read every tensor of an F32 safetensors file ([`SafetensorsReader`], in file order).
+pub fn load_safetensors(path: &Path) -> Result<BTreeMap<String, HostTensor>> {
+    let mut r = SafetensorsReader::open(path)?;
+    let mut order: Vec<(u64, String)> = r
+        .entries
+        .iter()
+        .map(|(n, (_, b))| (*b, n.clone()))
+        .collect();
+    order.sort();
+    let mut out = BTreeMap::new();
+    for (_, name) in order {
+        let t = r.take(&name)?.expect("listed in the header");
+        out.insert(name, t);
     }
     Ok(out)
 }

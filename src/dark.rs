@@ -216,22 +216,22 @@ fn tridiagonal_ql(d: &mut [f64], e: &mut [f64], qt: &mut [f64], n: usize) {
 /// `M Mᵀ` of a row-major d × n matrix. Tiles of 4 rows run in parallel; each walks the
 /// columns in blocks of 256 so the rows it meets stay in cache (for W_U of SmolLM2, 576 ×
 /// 49152, a per-pair dot product streamed 130 GB from memory).
-pub fn gram(m: &[f64], d: usize, n: usize) -> Mat {
+pub fn gram<X: Copy + Into<f64> + Sync>(m: &[X], d: usize, n: usize) -> Mat {
     use rayon::prelude::*;
     const ROWS: usize = 4;
     const COLS: usize = 256;
-    let dot = |a: &[f64], b: &[f64]| -> f64 {
+    let dot = |a: &[X], b: &[X]| -> f64 {
         let mut acc = [0.0f64; 4];
         let (ca, cb) = (a.chunks_exact(4), b.chunks_exact(4));
         let tail: f64 = ca
             .remainder()
             .iter()
             .zip(cb.remainder())
-            .map(|(x, y)| x * y)
+            .map(|(&x, &y)| x.into() * y.into())
             .sum();
         for (x, y) in ca.zip(cb) {
             for k in 0..4 {
-                acc[k] += x[k] * y[k];
+                acc[k] += x[k].into() * y[k].into();
             }
         }
         acc.iter().sum::<f64>() + tail
@@ -305,10 +305,21 @@ pub struct Bands {
 
 impl Bands {
     /// Bands of the left singular vectors of the residual-side matrix `m` (d × n, row-major).
-    pub fn from_matrix(m: &[f64], d: usize, n: usize, n_bands: usize) -> Self {
+    pub fn from_matrix<X: Copy + Into<f64> + Sync>(
+        m: &[X],
+        d: usize,
+        n: usize,
+        n_bands: usize,
+    ) -> Self {
         assert_eq!(m.len(), d * n);
-        let gram = gram(m, d, n);
-        let (vals, basis) = sym_eigen(&gram, d);
+        Self::from_gram(&gram(m, d, n), d, n_bands)
+    }
+
+    /// The bands of a matrix M given its Gram matrix `M Mᵀ` (d × d): the singular vectors
+    /// and values of M from the eigendecomposition.
+    pub fn from_gram(gram: &[f64], d: usize, n_bands: usize) -> Self {
+        assert_eq!(gram.len(), d * d);
+        let (vals, basis) = sym_eigen(gram, d);
         Self {
             d,
             basis,

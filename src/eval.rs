@@ -5,7 +5,7 @@
 
 use crate::config::Experiment;
 use crate::data::Batch;
-use crate::metrics::{Array, LayerArrays, Proxy, SinkReport, split_attention};
+use crate::metrics::{Array, LayerArrays, LayerSummary, Proxy, SinkReport, split_attention};
 use crate::model::{self, Lm};
 use burn::module::Module;
 use burn::tensor::{Device, Int, Tensor, TensorData};
@@ -40,6 +40,10 @@ pub fn eval_loss(model: &Lm, batch: &Batch, chunk: usize, device: &Device) -> f6
     eval_loss_filtered(model, batch, chunk, device, None)
 }
 
+/// The most logits (B × T × V elements, 16 MiB in f32) an evaluation forms at once; a larger
+/// block is split by positions ([`Lm::nll`]).
+pub const MAX_EVAL_LOGITS: usize = 1 << 22;
+
 /// [`eval_loss`] with a residual-stream filter applied (dark-signal experiments).
 pub fn eval_loss_filtered(
     model: &Lm,
@@ -55,22 +59,10 @@ pub fn eval_loss_filtered(
     while from < batch.batch {
         let to = (from + chunk).min(batch.batch);
         let (x, y, m) = batch_tensors(&slice_batch(batch, from, to), device);
-        let logits = match filter {
-            Some(f) => model.forward_filtered(x, f),
-            None => model.forward(x),
-        };
-        let loss = model::masked_nll(logits, y, m, denom);
-        total += loss.into_scalar::<f32>() as f64;
+        total += model.nll(x, y, m, denom, filter, MAX_EVAL_LOGITS);
         from = to;
     }
     total
-}
-
-fn concat_arrays(parts: Vec<Array>) -> Array {
-    let mut shape = parts[0].shape.clone();
-    shape[0] = parts.iter().map(|p| p.shape[0]).sum();
-    let data = parts.into_iter().flat_map(|p| p.data).collect();
-    Array::new(shape, data)
 }
 
 /// Run the probe set through the probe path and compute every sink metric.
@@ -82,15 +74,53 @@ pub fn probe_metrics(
     device: &Device,
 ) -> SinkReport {
     let proxy = Proxy::for_normaliser(&exp.model.attention.normaliser);
-    let layers = probe_layers(model, probe, chunk, proxy, device, None, false);
     let groups = crate::data::query_groups(&exp.data, &probe.inputs);
     let groups = groups.as_ref().map(|(g, n)| (g.as_slice(), *n));
-    SinkReport::compute_split(&layers, &exp.metrics.eps, exp.metrics.k_max, groups)
+    probe_report(
+        model,
+        probe,
+        chunk,
+        proxy,
+        device,
+        None,
+        (&exp.metrics.eps, exp.metrics.k_max),
+        groups,
+    )
+}
+
+/// The sink report of a probe batch, reduced layer by layer ([`probe_each`]): peak memory is
+/// one layer's probe tensors, not the model's.
+#[allow(clippy::too_many_arguments)]
+pub fn probe_report(
+    model: &Lm,
+    probe: &Batch,
+    chunk: usize,
+    proxy: Proxy,
+    device: &Device,
+    filter: Option<&model::StreamFilter>,
+    (eps, k_max): (&[f64], usize),
+    groups: Option<(&[usize], usize)>,
+) -> SinkReport {
+    let mut layers = Vec::new();
+    probe_each(
+        model,
+        probe,
+        chunk,
+        proxy,
+        device,
+        filter,
+        false,
+        &mut |_, _, la| {
+            layers.push(LayerSummary::of(&la, groups));
+        },
+    );
+    SinkReport::from_summaries(&layers, eps, k_max)
 }
 
 /// Host copies of every layer's probe tensors for a batch (attention through `proxy`, split
 /// into real-token attention and slot mass), with an optional residual-stream filter; queries
-/// only when `queries` is set.
+/// only when `queries` is set. Holds every layer at once: for small models and tests; the
+/// analysis commands stream with [`probe_each`].
 pub fn probe_layers(
     model: &Lm,
     probe: &Batch,
@@ -100,57 +130,117 @@ pub fn probe_layers(
     filter: Option<&model::StreamFilter>,
     queries: bool,
 ) -> Vec<LayerArrays> {
+    let mut out = Vec::new();
+    probe_each(
+        model,
+        probe,
+        chunk,
+        proxy,
+        device,
+        filter,
+        queries,
+        &mut |_, _, la| out.push(la),
+    );
+    out
+}
+
+/// The probe pass one layer at a time: `f(l, input, arrays)` gets block `l`'s real-token input
+/// (B, T, d) and the host copies of its probe tensors for the whole batch (sequences in
+/// chunks of `chunk`), for l = 0, 1, … in order, before block `l + 1` runs
+/// ([`Lm::probe_by_layer`]). Slot mass is `None` unless the model has slots or sink tokens (or
+/// the normaliser has an implicit slot).
+#[allow(clippy::too_many_arguments)]
+pub fn probe_each(
+    model: &Lm,
+    probe: &Batch,
+    chunk: usize,
+    proxy: Proxy,
+    device: &Device,
+    filter: Option<&model::StreamFilter>,
+    queries: bool,
+    f: &mut dyn FnMut(usize, Array, LayerArrays),
+) {
     let model = model.valid();
-    let n_layers = model.blocks.len();
+    let chunk = chunk.max(1);
+    let chunks: Vec<Tensor<2, Int>> = (0..probe.batch)
+        .step_by(chunk)
+        .map(|from| {
+            let to = (from + chunk).min(probe.batch);
+            batch_tensors(&slice_batch(probe, from, to), device).0
+        })
+        .collect();
+    let last = chunks.len().saturating_sub(1);
+    // One layer's host arrays, grown chunk by chunk (each chunk's device tensors are dropped
+    // as soon as they are copied).
     #[derive(Default)]
     struct Acc {
-        attn: Vec<Array>,
-        mass: Vec<Array>,
-        queries: Vec<Array>,
-        keys: Vec<Array>,
-        values: Vec<Array>,
-        hidden: Vec<Array>,
+        attn: Stack,
+        mass: Stack,
+        queries: Stack,
+        keys: Stack,
+        values: Stack,
+        hidden: Stack,
+        input: Stack,
+        has_slots: bool,
         gate: (f64, usize),
     }
-    let mut per_layer: Vec<Acc> = (0..n_layers).map(|_| Acc::default()).collect();
-    let mut has_slots = proxy == Proxy::ImplicitSlot;
-    let mut from = 0;
-    while from < probe.batch {
-        let to = (from + chunk).min(probe.batch);
-        let (x, _, _) = batch_tensors(&slice_batch(probe, from, to), device);
-        let (_, layers) = model.forward_probe_filtered(x, filter);
-        for (acc, p) in per_layer.iter_mut().zip(layers) {
-            let w = to_array(p.attn.expect("the probe path records attention weights"));
-            has_slots |= p.slot_cols + p.sink_tokens > 0;
-            let (attn, mass) = split_attention(&w, p.slot_cols, p.sink_tokens, proxy);
-            acc.attn.push(attn);
-            acc.mass.push(mass);
-            if queries {
-                acc.queries.push(to_array(p.queries.expect("queries")));
-            }
-            acc.keys.push(to_array(p.keys.expect("keys")));
-            acc.values.push(to_array(p.values.expect("values")));
-            acc.hidden.push(to_array(p.hidden.expect("hidden")));
-            if let Some(g) = p.gate {
-                let g = to_array(g);
-                acc.gate.0 += g.data.iter().map(|&x| x as f64).sum::<f64>();
-                acc.gate.1 += g.data.len();
-            }
+    let mut acc = Acc::default();
+    model.probe_by_layer(chunks, filter, &mut |l, c, input, p| {
+        let w = to_array(p.attn.expect("the probe path records attention weights"));
+        acc.has_slots |= proxy == Proxy::ImplicitSlot || p.slot_cols + p.sink_tokens > 0;
+        let (a, m) = split_attention(&w, p.slot_cols, p.sink_tokens, proxy);
+        drop(w);
+        acc.attn.push(a);
+        acc.mass.push(m);
+        if queries {
+            acc.queries.push(to_array(p.queries.expect("queries")));
         }
-        from = to;
+        acc.keys.push(to_array(p.keys.expect("keys")));
+        acc.values.push(to_array(p.values.expect("values")));
+        acc.hidden.push(to_array(p.hidden.expect("hidden")));
+        acc.input.push(to_array(input));
+        if let Some(g) = p.gate {
+            let g = to_array(g);
+            acc.gate.0 += g.data.iter().map(|&x| x as f64).sum::<f64>();
+            acc.gate.1 += g.data.len();
+        }
+        if c == last {
+            let a = std::mem::take(&mut acc);
+            let arrays = LayerArrays {
+                attn: a.attn.array(),
+                slot_mass: a.has_slots.then(|| a.mass.array()),
+                queries: queries.then(|| a.queries.array()),
+                keys: a.keys.array(),
+                values: a.values.array(),
+                hidden: a.hidden.array(),
+                gate_mean: (a.gate.1 > 0).then(|| a.gate.0 / a.gate.1 as f64),
+            };
+            f(l, a.input.array(), arrays);
+        }
+    });
+}
+
+/// Arrays stacked along their first axis as they arrive.
+#[derive(Default)]
+struct Stack {
+    shape: Vec<usize>,
+    data: Vec<f32>,
+}
+
+impl Stack {
+    fn push(&mut self, a: Array) {
+        if self.shape.is_empty() {
+            self.shape = a.shape;
+            self.data = a.data;
+        } else {
+            self.shape[0] += a.shape[0];
+            self.data.extend_from_slice(&a.data);
+        }
     }
-    per_layer
-        .into_iter()
-        .map(|acc| LayerArrays {
-            attn: concat_arrays(acc.attn),
-            slot_mass: has_slots.then(|| concat_arrays(acc.mass)),
-            queries: queries.then(|| concat_arrays(acc.queries)),
-            keys: concat_arrays(acc.keys),
-            values: concat_arrays(acc.values),
-            hidden: concat_arrays(acc.hidden),
-            gate_mean: (acc.gate.1 > 0).then(|| acc.gate.0 / acc.gate.1 as f64),
-        })
-        .collect()
+
+    fn array(self) -> Array {
+        Array::new(self.shape, self.data)
+    }
 }
 
 /// A device tensor's host copy.
@@ -178,6 +268,10 @@ pub fn hidden_inputs(model: &Lm, batch: &Batch, chunk: usize, device: &Device) -
         from = to;
     }
     (0..parts[0].len())
-        .map(|l| concat_arrays(parts.iter().map(|p| p[l].clone()).collect()))
+        .map(|l| {
+            let mut s = Stack::default();
+            parts.iter().for_each(|p| s.push(p[l].clone()));
+            s.array()
+        })
         .collect()
 }

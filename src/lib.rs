@@ -2,12 +2,14 @@
 //! transformers. README.md gives the tour and the layout; docs/reference.md the formulas,
 //! definitions and published numbers the code follows.
 //!
-//! Layers, from the bottom: pure maths and formats (`metrics`, `spa`, `dark`, `checkpoint`,
-//! `tensorboard`, `plot`, `tokenizer`), the schema (`config`), data (`data`), devices
-//! (`backend`, `parallel`), the model (`model`), optimisation (`optim`), evaluation and probes
-//! (`eval`), the run directory (`run`, `recorder`, `progress`), the training loop (`train`),
-//! decoding (`generate`), pretrained checkpoints in and out (`interop`), analyses (`analysis`), sweeps (`sweep`, `report`), benchmarks
-//! (`bench`) and the command line (`commands`). A module only uses modules below it.
+//! Layers, from the bottom (the order `tests/suite/layout.rs` checks): pure maths and formats
+//! (`spa`, `checkpoint`, `tensorboard`, `plot`, `tokenizer`, `progress`, `parallel`), the
+//! schema (`config`), sink metrics (`metrics`), devices and data (`backend`, `data`),
+//! optimisation (`optim`), the model (`model`), band maths (`dark`), evaluation and probes
+//! (`eval`), decoding (`generate`), the run directory (`recorder`, `run`), the training loop
+//! (`train`), pretrained checkpoints in and out (`interop`), analyses (`analysis`), sweeps
+//! (`sweep`, `report`), benchmarks (`bench`) and the command line (`commands`). A module only
+//! uses modules below it.
 
 pub mod analysis;
 pub mod backend;

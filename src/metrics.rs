@@ -392,7 +392,7 @@ pub struct LayerArrays {
 }
 
 /// All sink metrics of one probe pass.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct SinkReport {
     /// ε → Sink_k^ε (percent) for k = 1..=k_max.
     pub sink_rate: BTreeMap<String, Vec<f64>>,
@@ -426,6 +426,49 @@ pub fn eps_name(eps: f64) -> String {
     if s.contains('.') { s } else { format!("{s}.0") }
 }
 
+/// What the sink report keeps of one layer: a few numbers per (sequence, head), computed as
+/// the layer's arrays arrive so that no probe holds every layer's attention at once.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LayerSummary {
+    /// α[b][h][k] ([`importance`]).
+    pub importance: Vec<Vec<Vec<f64>>>,
+    /// Mean slot mass per (b, h), when the layer has slots ([`slot_importance`]).
+    pub slot_importance: Option<Vec<f64>>,
+    /// Mean mass on slots and sink tokens, when the layer has slots.
+    pub slot_mass: Option<f64>,
+    pub first_mass: f64,
+    pub entropy: f64,
+    pub hidden: HiddenStats,
+    pub key_norms: (f64, f64),
+    pub value_norms: (f64, f64),
+    pub value_drain: Vec<f64>,
+    pub first_by_query: Option<Vec<Vec<f64>>>,
+    pub gate_mean: Option<f64>,
+}
+
+impl LayerSummary {
+    /// The summary of one layer's probe arrays, with the queries in groups if given ((B, T)
+    /// group ids, number of groups).
+    pub fn of(l: &LayerArrays, groups: Option<(&[usize], usize)>) -> Self {
+        LayerSummary {
+            importance: importance(&l.attn),
+            slot_importance: l.slot_mass.as_ref().map(slot_importance),
+            slot_mass: l
+                .slot_mass
+                .as_ref()
+                .map(|m| m.data.iter().map(|&x| x as f64).sum::<f64>() / m.data.len() as f64),
+            first_mass: first_token_mass(&l.attn),
+            entropy: entropy(&l.attn),
+            hidden: hidden_stats(&l.hidden),
+            key_norms: first_vs_rest_norms(&l.keys),
+            value_norms: first_vs_rest_norms(&l.values),
+            value_drain: value_drain(&l.values),
+            first_by_query: groups.map(|(g, n)| first_by_query(&l.attn, g, n)),
+            gate_mean: l.gate_mean,
+        }
+    }
+}
+
 impl SinkReport {
     pub fn compute(layers: &[LayerArrays], eps_grid: &[f64], k_max: usize) -> Self {
         Self::compute_split(layers, eps_grid, k_max, None)
@@ -439,23 +482,35 @@ impl SinkReport {
         k_max: usize,
         groups: Option<(&[usize], usize)>,
     ) -> Self {
-        let imps: Vec<_> = layers.iter().map(|l| importance(&l.attn)).collect();
+        let summaries: Vec<LayerSummary> =
+            layers.iter().map(|l| LayerSummary::of(l, groups)).collect();
+        Self::from_summaries(&summaries, eps_grid, k_max)
+    }
+
+    /// The report from every layer's summary (the streaming form of [`SinkReport::compute`]).
+    pub fn from_summaries(layers: &[LayerSummary], eps_grid: &[f64], k_max: usize) -> Self {
+        let imps: Vec<Vec<Vec<Vec<f64>>>> = layers.iter().map(|l| l.importance.clone()).collect();
         let sink_rate = eps_grid
             .iter()
             .map(|&e| (eps_name(e), sink_rates(&imps, e, k_max)))
             .collect();
-        let slot_imps: Vec<Vec<f64>> = layers
+        let slot_imps: Vec<&Vec<f64>> = layers
             .iter()
-            .filter_map(|l| l.slot_mass.as_ref().map(slot_importance))
+            .filter_map(|l| l.slot_importance.as_ref())
             .collect();
         let slot_rate = if slot_imps.is_empty() {
             BTreeMap::new()
         } else {
-            let total: usize = slot_imps.iter().map(Vec::len).sum();
+            let total: usize = slot_imps.iter().map(|v| v.len()).sum();
             eps_grid
                 .iter()
                 .map(|&e| {
-                    let hits = slot_imps.iter().flatten().filter(|&&a| a > e).count();
+                    let hits = slot_imps
+                        .iter()
+                        .copied()
+                        .flatten()
+                        .filter(|&&a| a > e)
+                        .count();
                     (eps_name(e), 100.0 * hits as f64 / total as f64)
                 })
                 .collect()
@@ -467,35 +522,20 @@ impl SinkReport {
         SinkReport {
             sink1_by_head,
             slot_rate,
-            slot_mass: layers
-                .iter()
-                .map(|l| {
-                    l.slot_mass.as_ref().map(|m| {
-                        m.data.iter().map(|&x| x as f64).sum::<f64>() / m.data.len() as f64
-                    })
-                })
-                .collect(),
-            first_mass: layers.iter().map(|l| first_token_mass(&l.attn)).collect(),
+            slot_mass: layers.iter().map(|l| l.slot_mass).collect(),
+            first_mass: layers.iter().map(|l| l.first_mass).collect(),
             gate_mean: layers.iter().map(|l| l.gate_mean).collect(),
             sink_rate,
             importance_first: imps.iter().map(|i| importance_first(i)).collect(),
-            entropy: layers.iter().map(|l| entropy(&l.attn)).collect(),
-            hidden: layers.iter().map(|l| hidden_stats(&l.hidden)).collect(),
-            key_norms: layers
+            entropy: layers.iter().map(|l| l.entropy).collect(),
+            hidden: layers.iter().map(|l| l.hidden.clone()).collect(),
+            key_norms: layers.iter().map(|l| l.key_norms).collect(),
+            value_norms: layers.iter().map(|l| l.value_norms).collect(),
+            value_drain: layers.iter().map(|l| l.value_drain.clone()).collect(),
+            first_by_query: layers
                 .iter()
-                .map(|l| first_vs_rest_norms(&l.keys))
-                .collect(),
-            value_norms: layers
-                .iter()
-                .map(|l| first_vs_rest_norms(&l.values))
-                .collect(),
-            value_drain: layers.iter().map(|l| value_drain(&l.values)).collect(),
-            first_by_query: groups.map(|(g, n)| {
-                layers
-                    .iter()
-                    .map(|l| first_by_query(&l.attn, g, n))
-                    .collect()
-            }),
+                .map(|l| l.first_by_query.clone())
+                .collect::<Option<Vec<_>>>(),
         }
     }
 

@@ -13,7 +13,7 @@
 //! Parameters are named by their module path (`blocks.0.attn.wq`); optimizer state is keyed by
 //! that name, so a checkpoint is plain named tensors.
 
-use crate::checkpoint::HostTensor;
+use crate::checkpoint::{HostTensor, TensorSource};
 use crate::config::{Algorithm, DecayPolicy, OptimConfig, ScheduleConfig};
 use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
 use burn::tensor::{Device, Gradients, Tensor, TensorData};
@@ -188,12 +188,19 @@ pub fn import_params_owned<M: Module>(
     module: M,
     tensors: BTreeMap<String, HostTensor>,
 ) -> Result<M, String> {
-    struct Mp {
+    let mut tensors = tensors;
+    import_params_from(module, &mut tensors)
+}
+
+/// [`import_params_owned`] from any [`TensorSource`], one tensor in flight: each is taken from
+/// the source as its parameter is reached and moved to the device before the next is read.
+pub fn import_params_from<M: Module>(module: M, src: &mut dyn TensorSource) -> Result<M, String> {
+    struct Mp<'a> {
         path: PathStack,
-        src: BTreeMap<String, HostTensor>,
+        src: &'a mut dyn TensorSource,
         errors: Vec<String>,
     }
-    impl ModuleMapper for Mp {
+    impl ModuleMapper for Mp<'_> {
         fn enter_module(&mut self, name: &str, container: &str) {
             self.path.enter(name, container);
         }
@@ -203,9 +210,16 @@ pub fn import_params_owned<M: Module>(
         fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
             let name = self.path.name();
             let want = param.lazy_shape().to_vec();
-            let Some(h) = self.src.remove(&name) else {
-                self.errors.push(format!("missing tensor `{name}`"));
-                return param;
+            let h = match self.src.take(&name) {
+                Ok(Some(h)) => h,
+                Ok(None) => {
+                    self.errors.push(format!("missing tensor `{name}`"));
+                    return param;
+                }
+                Err(e) => {
+                    self.errors.push(format!("{e:#}"));
+                    return param;
+                }
             };
             if h.shape != want {
                 self.errors.push(format!(
@@ -227,11 +241,11 @@ pub fn import_params_owned<M: Module>(
     }
     let mut m = Mp {
         path: PathStack::default(),
-        src: tensors,
+        src,
         errors: vec![],
     };
     let module = module.map(&mut m);
-    for k in m.src.keys() {
+    for k in m.src.rest() {
         m.errors.push(format!(
             "unexpected tensor `{k}` (not a parameter of this model)"
         ));

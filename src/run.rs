@@ -48,8 +48,8 @@ pub fn read_state(ckpt: &Path) -> Result<CheckpointState> {
 /// Load a checkpoint's `model.safetensors` into `model` (every parameter must be there, with its
 /// shape).
 pub fn load_weights(model: Lm, ckpt: &Path) -> Result<Lm> {
-    let weights = checkpoint::load_safetensors(&ckpt.join("model.safetensors"))?;
-    optim::import_params_owned(model, weights).map_err(|e| anyhow!("{}: {e}", ckpt.display()))
+    let mut weights = checkpoint::SafetensorsReader::open(&ckpt.join("model.safetensors"))?;
+    optim::import_params_from(model, &mut weights).map_err(|e| anyhow!("{}: {e}", ckpt.display()))
 }
 
 /// sha256 of the resolved config text: a checkpoint only resumes the run it belongs to.

@@ -5,8 +5,8 @@
 
 use super::{Output, unembedding_and_embedding};
 use crate::dark::{self, Bands};
-use crate::eval::{eval_loss, eval_loss_filtered, hidden_inputs, probe_layers};
-use crate::metrics::{HEADLINE_EPS, Proxy, SinkReport};
+use crate::eval::{eval_loss, eval_loss_filtered, hidden_inputs, probe_report};
+use crate::metrics::{HEADLINE_EPS, Proxy};
 use crate::model::StreamFilter;
 use crate::plot::{self, Heatmap, LinePlot, Series};
 use crate::run::OpenRun;
@@ -82,7 +82,7 @@ pub struct FilterResult {
 }
 
 /// The filter families swept over k, in print order.
-const FAMILIES: [&str; 5] = ["Φ", "Ω", "Ψ", "Φ_e", "random Φ"];
+pub const FAMILIES: [&str; 5] = ["Φ", "Ω", "Ψ", "Φ_e", "random Φ"];
 
 /// What `sinklab dark` found (`dark.json`).
 #[derive(Debug, Clone, Serialize)]
@@ -306,8 +306,8 @@ pub fn dark(run: &OpenRun, o: &DarkOptions, log: &mut dyn FnMut(&str)) -> Result
     let base = eval_loss(model, &val, chunk, &run.device);
     let proxy = Proxy::for_normaliser(&exp.model.attention.normaliser);
     let sink1 = |f: Option<&StreamFilter>| -> Option<f64> {
-        let la = probe_layers(model, &probe, chunk, proxy, &run.device, f, false);
-        SinkReport::compute(&la, &[HEADLINE_EPS], 1).sink1()
+        let eps = [HEADLINE_EPS];
+        probe_report(model, &probe, chunk, proxy, &run.device, f, (&eps, 1), None).sink1()
     };
     let base_sink = sink1(None);
     let sites: Vec<(Option<usize>, Vec<usize>)> = match &selection {
@@ -449,65 +449,6 @@ pub fn dark(run: &OpenRun, o: &DarkOptions, log: &mut dyn FnMut(&str)) -> Result
     };
     sink.json("dark.json", &value)?;
     Ok(value)
-}
-
-impl DarkReport {
-    /// The terminal summary: one table per filter site, ΔNLL (Sink₁) per family and k.
-    pub fn print(&self, dir: &std::path::Path) {
-        let base_sink = self.sink1_unfiltered;
-        println!(
-            "dark signals: {} bands of {} (d = {}); validation NLL {:.4} ({} × {}), Sink1 {}; \
-             ΔNLL per filter, one site at a time",
-            self.bands,
-            self.unembedding,
-            self.d_model,
-            self.validation.nll,
-            self.validation.sequences,
-            self.validation.len,
-            base_sink.map_or("-".into(), |s| format!("{s:.1}%"))
-        );
-        println!(
-            "identity check (Φ with all bands at every block input): ΔNLL {:+.5}",
-            self.filters[0].delta_nll
-        );
-        let mut sites: Vec<Option<usize>> = Vec::new();
-        for r in &self.filters[1..] {
-            if !sites.contains(&r.layer) {
-                sites.push(r.layer);
-            }
-        }
-        for layer in sites {
-            match layer {
-                Some(l) => println!("\nblock input {l}:"),
-                None => println!("\nevery block input:"),
-            }
-            print!("{:>4}", "k");
-            for family in FAMILIES {
-                print!(" {:>16}", format!("Δ{family} (Sink1)"));
-            }
-            println!();
-            for &k in &self.ks {
-                print!("{k:>4}");
-                for family in FAMILIES {
-                    let r = self
-                        .filters
-                        .iter()
-                        .find(|r| r.filter == family && r.layer == layer && r.k == Some(k))
-                        .expect("evaluated");
-                    print!(
-                        " {:>16}",
-                        format!(
-                            "{:+.3} ({})",
-                            r.delta_nll,
-                            r.sink1.map_or("-".into(), |s| format!("{s:.0}"))
-                        )
-                    );
-                }
-                println!();
-            }
-        }
-        println!("results: {}", dir.display());
-    }
 }
 
 #[cfg(test)]

@@ -7,19 +7,23 @@ use super::geometry::{
     Bar, QkHead, channel_stats, find_bars, norms_by_position, qk_geometry, received_stats,
 };
 use super::probes::{batch_of, probe_batches, token_text};
-use super::{Output, unembedding_and_embedding};
+use super::{Output, unembedding_bands};
 use crate::dark::Bands;
 use crate::data::{Batch, Sampler};
-use crate::eval::{hidden_inputs, probe_layers};
+use crate::eval::probe_each;
 use crate::metrics::{
-    Array, HEADLINE_EPS, LayerArrays, Proxy, SinkReport, eps_name, uniform_first_mass,
+    Array, HEADLINE_EPS, LayerArrays, LayerSummary, Proxy, SinkReport, eps_name, uniform_first_mass,
 };
 use crate::plot::{self, Bars, Heatmap, LinePlot, Series};
 use crate::run::OpenRun;
 use anyhow::{Context, Result, bail};
-use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+
+pub use super::findings::{
+    AnalysisReport, BarThresholds, BarToken, BarsReport, ChannelCount, KindSummary,
+    LayerActivations, MapFile, ProbeInfo, TopChannel,
+};
 
 /// Options of `sinklab analyze`.
 #[derive(Debug, Clone)]
@@ -44,170 +48,6 @@ pub struct AnalyzeOptions {
     /// Natural probes from this text (consecutive windows of `len` tokens, at most
     /// `sequences`) instead of the validation split.
     pub text: Option<PathBuf>,
-}
-
-/// What `sinklab analyze` found (`analysis.json`).
-#[derive(Debug, Clone, Serialize)]
-pub struct AnalysisReport {
-    pub run_dir: PathBuf,
-    pub checkpoint: PathBuf,
-    pub step: u64,
-    pub probe: ProbeInfo,
-    /// `Sink` for row-stochastic attention, `Sink*` for a proxy (non-softmax normalisers).
-    pub metric: String,
-    /// Probe kind (`natural`, `as_trained`, `random`, `repeated`) → its sink metrics.
-    pub kinds: BTreeMap<String, KindSummary>,
-    /// [layer][head] first-token importance α₁ on natural text.
-    pub importance_first: Vec<Vec<f64>>,
-    pub activations: Vec<LayerActivations>,
-    /// [layer][head] q·k geometry of the first-token logit.
-    pub qk: Vec<Vec<QkHead>>,
-    pub bars: BarsReport,
-    pub attention_maps: Vec<MapFile>,
-    pub files: Vec<String>,
-}
-
-/// The probe set of an analysis.
-#[derive(Debug, Clone, Serialize)]
-pub struct ProbeInfo {
-    pub sequences: usize,
-    /// The text file the natural probes came from (None: the validation split).
-    pub text: Option<PathBuf>,
-    /// Tokens of that text.
-    pub text_tokens: Option<usize>,
-    pub len: usize,
-    pub bos: bool,
-    pub eps: Vec<f64>,
-    pub k_max: usize,
-    pub seed: u64,
-    /// F-Attn of uniform causal attention at this length (H_T / T): the floor F-Attn is read
-    /// against.
-    pub f_attn_uniform: f64,
-}
-
-/// The sink metrics of one probe kind.
-#[derive(Debug, Clone, Serialize)]
-pub struct KindSummary {
-    pub metric: String,
-    /// ε → Sink_k^ε (%) for k = 1..=k_max.
-    pub sink_rate: BTreeMap<String, Vec<f64>>,
-    /// ε → [layer][head] Sink₁^ε (%): the share of sequences where the head's α₁ > ε.
-    pub sink1_by_head: BTreeMap<String, Vec<Vec<f64>>>,
-    /// ε → [layer] Sink₁^ε (%), the mean over the layer's heads.
-    pub sink1_by_layer: BTreeMap<String, Vec<f64>>,
-    /// [layer][head] first-token importance α₁ (mean over sequences).
-    pub importance_first: Vec<Vec<f64>>,
-    /// [layer] first-token norm ratio ‖h₁‖ / mean ‖h_rest‖ of the layer's output.
-    pub norm_ratio: Vec<f64>,
-    /// ε → Sink₁* on the slot (%), models with slots or sink tokens.
-    pub slot_rate: BTreeMap<String, f64>,
-    pub slot_mass: Vec<Option<f64>>,
-    pub first_token_mass: Vec<f64>,
-    pub f_attn: f64,
-    pub m_act: f64,
-    pub entropy: Vec<f64>,
-}
-
-impl KindSummary {
-    fn new(report: &SinkReport, metric: &str) -> Self {
-        Self {
-            metric: metric.to_string(),
-            sink_rate: report.sink_rate.clone(),
-            sink1_by_head: report.sink1_by_head.clone(),
-            sink1_by_layer: report
-                .sink1_by_head
-                .iter()
-                .map(|(e, layers)| {
-                    let means = layers
-                        .iter()
-                        .map(|h| h.iter().sum::<f64>() / h.len().max(1) as f64)
-                        .collect();
-                    (e.clone(), means)
-                })
-                .collect(),
-            importance_first: report.importance_first.clone(),
-            norm_ratio: report.hidden.iter().map(|h| h.norm_ratio).collect(),
-            slot_rate: report.slot_rate.clone(),
-            slot_mass: report.slot_mass.clone(),
-            first_token_mass: report.first_mass.clone(),
-            f_attn: report.f_attn(),
-            m_act: report.m_act(),
-            entropy: report.entropy.clone(),
-        }
-    }
-}
-
-/// Activations of one layer's output on natural text.
-#[derive(Debug, Clone, Serialize)]
-pub struct LayerActivations {
-    pub layer: usize,
-    pub norm_first: f64,
-    pub norm_rest: f64,
-    pub norm_ratio: f64,
-    pub top3: [f64; 3],
-    pub median_abs: f64,
-    pub massive_count: f64,
-    pub massive_channels: Vec<ChannelCount>,
-    pub top_channels: Vec<TopChannel>,
-    pub key_norm_first: f64,
-    pub key_norm_rest: f64,
-    pub value_norm_first: f64,
-    pub value_norm_rest: f64,
-    pub norm_by_position: Vec<f64>,
-}
-
-/// How often a channel holds a massive activation.
-#[derive(Debug, Clone, Serialize)]
-pub struct ChannelCount {
-    pub channel: usize,
-    pub count: usize,
-}
-
-/// A channel with one of the largest |h|, and how often that maximum sits on token 1.
-#[derive(Debug, Clone, Serialize)]
-pub struct TopChannel {
-    pub channel: usize,
-    pub max_abs: f64,
-    pub share_at_token1: f64,
-}
-
-/// Attention bars (high mean, low variance received attention) on natural text.
-#[derive(Debug, Clone, Serialize)]
-pub struct BarsReport {
-    pub thresholds: BarThresholds,
-    /// [layer][head] bars per sequence.
-    pub per_sequence_by_layer_head: Vec<Vec<f64>>,
-    pub total: usize,
-    /// The most frequent bar tokens (up to 20).
-    pub tokens: Vec<BarToken>,
-    /// Mean dark ratio (W_U bands) of the bar tokens' residual stream.
-    pub dark_ratio_bars: Option<f64>,
-    pub dark_ratio_first_by_layer: Vec<f64>,
-    pub dark_ratio_rest_by_layer: Vec<f64>,
-    pub bands: usize,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct BarThresholds {
-    pub mean_gt: f64,
-    pub std_lt: f64,
-    pub min_queries: usize,
-}
-
-#[derive(Debug, Clone, Serialize)]
-pub struct BarToken {
-    pub token: u32,
-    pub text: String,
-    pub count: usize,
-    pub dark_ratio: f64,
-}
-
-/// An attention map written as a PNG.
-#[derive(Debug, Clone, Serialize)]
-pub struct MapFile {
-    pub layer: usize,
-    pub head: usize,
-    pub file: String,
 }
 
 /// Run `sinklab analyze`: writes `analysis.json` and the figures, returns the report.
@@ -269,18 +109,16 @@ pub fn analyze(
     };
     let text_tokens = text.as_ref().map(|(n, _)| *n);
     let natural_text = text.map(|(_, b)| b);
-    let (kinds, natural) = probe_all_kinds(run, o, len, k_max, natural_text, &mut out, log)?;
-    let Natural {
-        layers,
-        report,
-        batch,
-    } = natural;
+    // The W_U bands for the dark ratio of bars, before the probes (their peaks don't add up).
+    let bands = unembedding_bands(&run.model, o.bands);
+    let (kinds, natural) =
+        probe_all_kinds(run, o, len, k_max, natural_text, &bands, &mut out, log)?;
     let star = &metric[4..];
     let png = plot::heatmap(&Heatmap {
         title: &format!("first-token importance α₁{star} (natural text)"),
         x_label: "head",
         y_label: "layer",
-        rows: &report.importance_first,
+        rows: &natural.report.importance_first,
         x_ticks: None,
         y_ticks: None,
         range: Some((0.0, 1.0)),
@@ -292,13 +130,14 @@ pub fn analyze(
         log(&format!("{name}: {:.1} s", clock.elapsed().as_secs_f64()));
         clock = std::time::Instant::now();
     };
-    let activations = activations(&layers, &report, &mut out)?;
+    let activations = activations(&natural, &mut out)?;
     lap("activations", log);
-    let qk = qk_section(&layers, &mut out)?;
+    let qk = qk_section(&natural.qk, &mut out)?;
     lap("q·k geometry", log);
-    let bars = bars_section(run, o, &layers, &report, &batch, &mut out)?;
+    let bars = bars_section(run, o, &natural, bands.n_bands(), proxy, &mut out)?;
     lap("attention bars and dark ratios", log);
-    let attention_maps = maps_section(run, o, &report, &batch, proxy, star, &mut out)?;
+    let (report, batch) = (&natural.report, &natural.batch);
+    let attention_maps = maps_section(run, o, report, batch, proxy, star, &mut out)?;
     lap("attention maps", log);
     let value = AnalysisReport {
         run_dir: run.run_dir.clone(),
@@ -328,21 +167,80 @@ pub fn analyze(
     Ok(value)
 }
 
-/// The natural probe's layers, metrics and batch (the rest of the analysis reads them).
+/// What the rest of the analysis reads of the natural probe: its metrics and batch, and per
+/// layer what the sections need, reduced as each layer's arrays arrive.
 struct Natural {
-    layers: Vec<LayerArrays>,
     report: SinkReport,
     batch: Batch,
+    /// [layer][position] mean ‖h‖ of the block output.
+    norms_by_position: Vec<Vec<f64>>,
+    /// [layer] [`channel_stats`] of the block output.
+    #[allow(clippy::type_complexity)]
+    channels: Vec<(Vec<(usize, usize)>, Vec<(usize, f64, f64)>)>,
+    /// [layer][head] q·k geometry.
+    qk: Vec<Vec<QkHead>>,
+    /// Attention bars of every layer.
+    bars: Vec<Bar>,
+    /// [layer][b · T + t] dark ratio of block l's input (W_U bands).
+    dark: Vec<Vec<f64>>,
+}
+
+impl Natural {
+    fn new(report: SinkReport, batch: Batch) -> Self {
+        Natural {
+            report,
+            batch,
+            norms_by_position: Vec::new(),
+            channels: Vec::new(),
+            qk: Vec::new(),
+            bars: Vec::new(),
+            dark: Vec::new(),
+        }
+    }
+
+    /// Reduce one layer of the natural probe (block `l`'s input and probe arrays).
+    fn add_layer(
+        &mut self,
+        o: &AnalyzeOptions,
+        bands: &Bands,
+        l: usize,
+        x: &Array,
+        la: &LayerArrays,
+    ) {
+        use rayon::prelude::*;
+        self.norms_by_position.push(norms_by_position(&la.hidden));
+        self.channels.push(channel_stats(&la.hidden, 5));
+        self.qk.push(qk_geometry(
+            la.queries.as_ref().expect("natural probe records queries"),
+            &la.keys,
+        ));
+        self.bars.extend(find_bars(
+            &la.attn,
+            l,
+            &self.batch.inputs,
+            o.bar_mean,
+            o.bar_std,
+            o.bar_min_queries,
+        ));
+        self.dark.push(
+            x.data
+                .par_chunks(x.shape[2])
+                .map(|row| bands.dark_ratio(&row.iter().map(|&z| z as f64).collect::<Vec<_>>()))
+                .collect(),
+        );
+    }
 }
 
 /// Probe every kind (natural, as trained when the run changes tokens, random, repeated), write
 /// their scalars and the Sink_k plot.
+#[allow(clippy::too_many_arguments)]
 fn probe_all_kinds(
     run: &OpenRun,
     o: &AnalyzeOptions,
     len: usize,
     k_max: usize,
     natural_text: Option<Batch>,
+    bands: &Bands,
     out: &mut Output,
     log: &mut dyn FnMut(&str),
 ) -> Result<(BTreeMap<String, KindSummary>, Natural)> {
@@ -371,16 +269,25 @@ fn probe_all_kinds(
     let mut series = Vec::new();
     for (name, batch) in kinds {
         log(&format!("probe {name}: {} × {len}", batch.batch));
-        let layers = probe_layers(
+        let is_natural = name == "natural";
+        let mut summaries = Vec::new();
+        let mut reduced = Natural::new(SinkReport::default(), batch);
+        probe_each(
             &run.model,
-            &batch,
+            &reduced.batch.clone(),
             chunk,
             proxy,
             &run.device,
             None,
-            name == "natural",
+            is_natural,
+            &mut |l, x, la| {
+                summaries.push(LayerSummary::of(&la, None));
+                if is_natural {
+                    reduced.add_layer(o, bands, l, &x, &la);
+                }
+            },
         );
-        let report = SinkReport::compute(&layers, &o.eps, k_max);
+        let report = SinkReport::from_summaries(&summaries, &o.eps, k_max);
         by_kind.insert(name.to_string(), KindSummary::new(&report, metric));
         out.scalars(&format!("analyze/{name}"), &report.scalars())?;
         if let Some(r) = report.sink_rate.get(&eps_name(HEADLINE_EPS)) {
@@ -394,12 +301,9 @@ fn probe_all_kinds(
                 err: None,
             });
         }
-        if name == "natural" {
-            natural = Some(Natural {
-                layers,
-                report,
-                batch,
-            });
+        if is_natural {
+            reduced.report = report;
+            natural = Some(reduced);
         }
     }
     if !series.is_empty() {
@@ -442,21 +346,15 @@ fn series(name: &str, points: Vec<(f64, f64)>) -> Series {
 
 /// Norms, massive activations and channels of every layer output; `norms_by_position.png`
 /// and `activations.png`.
-fn activations(
-    layers: &[LayerArrays],
-    report: &SinkReport,
-    out: &mut Output,
-) -> Result<Vec<LayerActivations>> {
-    let n = layers.len();
-    let by_pos: Vec<Vec<f64>> = layers
-        .iter()
-        .map(|l| norms_by_position(&l.hidden))
-        .collect();
+fn activations(natural: &Natural, out: &mut Output) -> Result<Vec<LayerActivations>> {
+    let report = &natural.report;
+    let by_pos = &natural.norms_by_position;
+    let n = by_pos.len();
     let png = plot::heatmap(&Heatmap {
         title: "mean ‖h‖ by layer output and position (natural text)",
         x_label: "position",
         y_label: "layer",
-        rows: &by_pos,
+        rows: by_pos,
         x_ticks: None,
         y_ticks: None,
         range: None,
@@ -482,11 +380,11 @@ fn activations(
         markers: true,
     })?;
     out.png("activations.png", "analyze/activations", png)?;
-    Ok(layers
+    Ok(natural
+        .channels
         .iter()
         .enumerate()
-        .map(|(l, la)| {
-            let (massive, top) = channel_stats(&la.hidden, 5);
+        .map(|(l, (massive, top))| {
             let hs = &report.hidden[l];
             LayerActivations {
                 layer: l,
@@ -521,16 +419,7 @@ fn activations(
 
 /// The first-token logit split into angle and norm per (layer, head); `qk_cos.png` and
 /// `qk_norm.png`.
-fn qk_section(layers: &[LayerArrays], out: &mut Output) -> Result<Vec<Vec<QkHead>>> {
-    let qk: Vec<Vec<QkHead>> = layers
-        .iter()
-        .map(|l| {
-            qk_geometry(
-                l.queries.as_ref().expect("natural probe records queries"),
-                &l.keys,
-            )
-        })
-        .collect();
+fn qk_section(qk: &[Vec<QkHead>], out: &mut Output) -> Result<Vec<Vec<QkHead>>> {
     let n = qk.len();
     let mean = |l: usize, f: &dyn Fn(&QkHead) -> f64| {
         qk[l].iter().map(f).sum::<f64>() / qk[l].len() as f64
@@ -576,7 +465,7 @@ fn qk_section(layers: &[LayerArrays], out: &mut Output) -> Result<Vec<Vec<QkHead
         })?;
         out.png(&format!("{file}.png"), &format!("analyze/{file}"), png)?;
     }
-    Ok(qk)
+    Ok(qk.to_vec())
 }
 
 /// Attention bars, their tokens and dark ratio (W_U bands); `attention_bars.png` for the
@@ -585,42 +474,22 @@ fn qk_section(layers: &[LayerArrays], out: &mut Output) -> Result<Vec<Vec<QkHead
 fn bars_section(
     run: &OpenRun,
     o: &AnalyzeOptions,
-    layers: &[LayerArrays],
-    report: &SinkReport,
-    batch: &Batch,
+    natural: &Natural,
+    n_bands: usize,
+    proxy: Proxy,
     out: &mut Output,
 ) -> Result<BarsReport> {
     let exp = &run.exp;
     let (n_layers, n_heads) = (exp.model.n_layers, exp.model.n_heads);
-    let chunk = exp.train.micro_batch.max(1);
-    let inputs = hidden_inputs(&run.model, batch, chunk, &run.device);
-    let (w_u, _, d, v) = unembedding_and_embedding(&run.model, false);
-    let bands = Bands::from_matrix(&w_u, d, v, o.bands.min(d));
-    // [layer] dark ratio of every (sequence, position), in parallel
-    let dark: Vec<Vec<f64>> = inputs
-        .iter()
-        .map(|x: &Array| {
-            use rayon::prelude::*;
-            x.data
-                .par_chunks(x.shape[2])
-                .map(|row| bands.dark_ratio(&row.iter().map(|&z| z as f64).collect::<Vec<_>>()))
-                .collect()
-        })
-        .collect();
-    let dark_of = |l: usize, b: usize, t: usize| -> f64 { dark[l][b * inputs[l].shape[1] + t] };
-    let mut bars: Vec<Bar> = Vec::new();
-    for (l, la) in layers.iter().enumerate() {
-        bars.extend(find_bars(
-            &la.attn,
-            l,
-            &batch.inputs,
-            o.bar_mean,
-            o.bar_std,
-            o.bar_min_queries,
-        ));
-    }
+    let (report, batch, bars, dark) = (
+        &natural.report,
+        &natural.batch,
+        &natural.bars,
+        &natural.dark,
+    );
+    let dark_of = |l: usize, b: usize, t: usize| -> f64 { dark[l][b * batch.len + t] };
     let mut per_token: BTreeMap<u32, (usize, f64)> = BTreeMap::new();
-    for b in &bars {
+    for b in bars {
         let e = per_token.entry(b.token).or_default();
         e.0 += 1;
         e.1 += dark_of(b.layer, b.sequence, b.position);
@@ -657,12 +526,12 @@ fn bars_section(
             / bars.len() as f64
     });
     let mut counts = vec![vec![0.0; n_heads]; n_layers];
-    for b in &bars {
+    for b in bars {
         counts[b.layer][b.head] += 1.0 / batch.batch as f64;
     }
     let (bs, bl, bh) = {
         let mut best = std::collections::HashMap::new();
-        for b in &bars {
+        for b in bars {
             *best.entry((b.sequence, b.layer, b.head)).or_insert(0) += 1;
         }
         best.into_iter()
@@ -674,8 +543,24 @@ fn bars_section(
             })
     };
     let t = batch.len;
-    let block = &layers[bl].attn.data[(bs * n_heads + bh) * t * t..(bs * n_heads + bh + 1) * t * t];
-    let stats = received_stats(block, t, o.bar_min_queries);
+    // That block's attention again, from one sequence's probe (the pass kept no layer's).
+    let one = crate::eval::slice_batch(batch, bs, bs + 1);
+    let mut block = Vec::new();
+    probe_each(
+        &run.model,
+        &one,
+        1,
+        proxy,
+        &run.device,
+        None,
+        false,
+        &mut |l, _, la| {
+            if l == bl {
+                block = la.attn.data[bh * t * t..(bh + 1) * t * t].to_vec();
+            }
+        },
+    );
+    let stats = received_stats(&block, t, o.bar_min_queries);
     let shown: Vec<usize> = (0..t).filter(|&k| stats[k].is_some()).collect();
     let labels: Vec<String> = shown
         .iter()
@@ -716,7 +601,7 @@ fn bars_section(
         dark_ratio_bars,
         dark_ratio_first_by_layer: mean_dark(&|t| t == 0),
         dark_ratio_rest_by_layer: mean_dark(&|t| t > 0),
-        bands: bands.n_bands(),
+        bands: n_bands,
     })
 }
 
@@ -757,15 +642,32 @@ fn maps_section(
         o.maps.clone()
     };
     let map_batch = batch_of(vec![map_tokens.clone()]);
-    let map_layers = probe_layers(&run.model, &map_batch, 1, proxy, &run.device, None, false);
     let t = map_tokens.len();
+    // The requested heads' (T, T) blocks, kept layer by layer.
+    let mut blocks: BTreeMap<(usize, usize), Vec<f32>> = BTreeMap::new();
+    probe_each(
+        &run.model,
+        &map_batch,
+        1,
+        proxy,
+        &run.device,
+        None,
+        false,
+        &mut |l, _, la| {
+            for &(ml, h) in &maps {
+                if ml == l {
+                    blocks.insert((l, h), la.attn.data[h * t * t..(h + 1) * t * t].to_vec());
+                }
+            }
+        },
+    );
     let ticks: Vec<String> = map_tokens
         .iter()
         .map(|&x| token_text(&run.data, x))
         .collect();
     let mut files = Vec::new();
     for &(l, h) in &maps {
-        let a = &map_layers[l].attn.data[h * t * t..(h + 1) * t * t];
+        let a = &blocks[&(l, h)];
         let rows: Vec<Vec<f64>> = a
             .chunks_exact(t)
             .enumerate()
@@ -809,114 +711,4 @@ fn argmax(xs: &[f64]) -> usize {
 fn argmax2(rows: &[Vec<f64>]) -> (usize, usize) {
     let l = argmax(&rows.iter().map(|r| r[argmax(r)]).collect::<Vec<_>>());
     (l, argmax(&rows[l]))
-}
-
-impl AnalysisReport {
-    /// The terminal summary: Sink_k^ε per probe kind, then activations and q·k geometry per
-    /// layer, then the attention bars.
-    pub fn print(&self, dir: &std::path::Path) {
-        let p = &self.probe;
-        println!(
-            "{}_k^eps (%), {} sequences × {} tokens (BOS: {}){}",
-            self.metric,
-            p.sequences,
-            p.len,
-            p.bos,
-            p.text.as_ref().map_or(String::new(), |t| format!(
-                "; natural probes from {} ({} tokens)",
-                t.display(),
-                p.text_tokens.unwrap_or(0)
-            ))
-        );
-        for (kind, label) in [
-            ("natural", "natural"),
-            (
-                "as_trained",
-                "natural, with the training data's token changes (as trained)",
-            ),
-            ("random", "random"),
-            ("repeated", "repeated"),
-        ] {
-            let Some(k) = self.kinds.get(kind) else {
-                continue; // as_trained: only for runs trained with token changes
-            };
-            println!("\n{label}:");
-            print!("{:>6}", "eps");
-            for i in 1..=p.k_max {
-                print!("{:>7}", format!("k={i}"));
-            }
-            println!();
-            for e in &p.eps {
-                print!("{:>6}", eps_name(*e));
-                for r in k.sink_rate.get(&eps_name(*e)).into_iter().flatten() {
-                    print!("{r:>7.1}");
-                }
-                println!();
-            }
-            if !k.slot_rate.is_empty() {
-                let parts: Vec<String> = k
-                    .slot_rate
-                    .iter()
-                    .map(|(e, r)| format!("eps {e}: {r:.1}"))
-                    .collect();
-                println!("slot Sink1* (%): {}", parts.join("  "));
-            }
-            println!(
-                "F-Attn {:.3} (uniform causal attention: {:.3}) | M-Act {:.2}",
-                k.f_attn, p.f_attn_uniform, k.m_act
-            );
-        }
-        if let Some(nat) = self.kinds.get("natural") {
-            let head = eps_name(HEADLINE_EPS);
-            print!("\n{}_1^eps (%) by layer | natural:", self.metric);
-            for e in &p.eps {
-                print!(" {:>5}", eps_name(*e));
-            }
-            println!(" | random {head} | repeated {head}");
-            for l in 0..nat.norm_ratio.len() {
-                print!("{l:>5}{:>19}", "");
-                for e in &p.eps {
-                    let v = nat.sink1_by_layer.get(&eps_name(*e)).map_or(0.0, |v| v[l]);
-                    print!(" {v:>5.1}");
-                }
-                let at = |kind: &str| {
-                    self.kinds
-                        .get(kind)
-                        .and_then(|k| k.sink1_by_layer.get(&head))
-                        .map_or("-".to_string(), |v| format!("{:.1}", v[l]))
-                };
-                println!(" | {:>10} | {:>12}", at("random"), at("repeated"));
-            }
-        }
-        println!(
-            "\nlayer | ‖h1‖/‖h_rest‖ | top1 |h| | median |h| | massive | cos(q,k1) vs rest | ‖q‖‖k1‖ vs rest"
-        );
-        for (a, heads) in self.activations.iter().zip(&self.qk) {
-            let m = |f: &dyn Fn(&QkHead) -> f64| {
-                heads.iter().map(f).sum::<f64>() / heads.len().max(1) as f64
-            };
-            println!(
-                "{:>5} | {:>13.2} | {:>8.2} | {:>10.3} | {:>7.1} | {:>6.3} vs {:>6.3} | {:>6.2} vs {:>6.2}",
-                a.layer,
-                a.norm_ratio,
-                a.top3[0],
-                a.median_abs,
-                a.massive_count,
-                m(&|h| h.cos_first),
-                m(&|h| h.cos_rest),
-                m(&|h| h.norm_first),
-                m(&|h| h.norm_rest)
-            );
-        }
-        let b = &self.bars;
-        println!(
-            "\nattention bars (mean > {}, std < {}): {} found; dark ratio of bar tokens {}",
-            b.thresholds.mean_gt,
-            b.thresholds.std_lt,
-            b.total,
-            b.dark_ratio_bars
-                .map_or("-".to_string(), |x| format!("{x:.3}"))
-        );
-        println!("results: {}", dir.display());
-    }
 }

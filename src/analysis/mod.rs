@@ -24,6 +24,7 @@
 //!   max |h| with the share of those maxima found at token 1.
 
 pub mod dark;
+pub mod findings;
 pub mod geometry;
 pub mod inspect;
 pub mod probes;
@@ -103,6 +104,33 @@ impl Output {
         }
         Ok(())
     }
+}
+
+/// The band decomposition of the plain unembedding W_U (d × V, no gain folded in), with its
+/// Gram matrix accumulated over blocks of 4096 vocabulary columns: the host never holds a copy
+/// of W_U (a pretrained vocabulary makes it a fifth of the model).
+pub fn unembedding_bands(model: &Lm, n_bands: usize) -> crate::dark::Bands {
+    const COLS: usize = 4096;
+    let [v, d] = model.embed.dims();
+    let w_u = match &model.head {
+        Some(h) => h.matrix(),                 // (d, V)
+        None => model.embed.val().transpose(), // tied: Eᵀ
+    };
+    let mut g = vec![0.0f64; d * d];
+    for c0 in (0..v).step_by(COLS) {
+        let n = COLS.min(v - c0);
+        let part: Vec<f32> = w_u
+            .clone()
+            .narrow(1, c0, n) // (d, n)
+            .into_data()
+            .convert::<f32>()
+            .try_into_vec::<f32>()
+            .expect("f32");
+        for (x, y) in g.iter_mut().zip(crate::dark::gram(&part, d, n)) {
+            *x += y;
+        }
+    }
+    crate::dark::Bands::from_gram(&g, d, n_bands.min(d))
 }
 
 /// The residual-side unembedding W_U (d × V; with `fold_gain`, `diag(g) W_U` with g the final

@@ -307,30 +307,3 @@ pub struct StreamReport {
     #[serde(skip)]
     pub dir: std::path::PathBuf,
 }
-
-impl StreamReport {
-    /// The terminal table.
-    pub fn print(&self) {
-        println!(
-            "stream-eval: {} tokens, model.ctx = {}; every cache policy keeps L = {} tokens \
-             (plus the model's own sink tokens / slots)",
-            self.tokens, self.ctx, self.budget
-        );
-        println!(
-            "{:>40} {:>7} {:>10} {:>14} {:>14}",
-            "policy", "scored", "PPL", "PPL past L", "PPL past ctx"
-        );
-        let opt = |p: Option<f64>| p.map_or("-".into(), |p| format!("{p:.2}"));
-        for r in &self.rows {
-            println!(
-                "{:>40} {:>7} {:>10.2} {:>14} {:>14}",
-                r.name,
-                r.scored,
-                r.ppl,
-                opt(r.ppl_past_budget),
-                opt(r.ppl_past_ctx)
-            );
-        }
-        println!("results: {}", self.dir.display());
-    }
-}

@@ -1,7 +1,9 @@
 //! `sinklab analyze`.
 
 use super::AnalysisArgs;
-use crate::analysis::inspect::{self, AnalyzeOptions};
+use crate::analysis::geometry::QkHead;
+use crate::analysis::inspect::{self, AnalysisReport, AnalyzeOptions};
+use crate::metrics::{HEADLINE_EPS, eps_name};
 use anyhow::{Result, anyhow};
 use std::path::PathBuf;
 
@@ -88,7 +90,115 @@ pub fn run(a: Args) -> Result<()> {
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        report.print(&dir);
+        print(&report, &dir);
     }
     Ok(())
+}
+
+/// The terminal summary: Sink_k^ε per probe kind, then activations and q·k geometry per
+/// layer, then the attention bars.
+fn print(r: &AnalysisReport, dir: &std::path::Path) {
+    let p = &r.probe;
+    println!(
+        "{}_k^eps (%), {} sequences × {} tokens (BOS: {}){}",
+        r.metric,
+        p.sequences,
+        p.len,
+        p.bos,
+        p.text.as_ref().map_or(String::new(), |t| format!(
+            "; natural probes from {} ({} tokens)",
+            t.display(),
+            p.text_tokens.unwrap_or(0)
+        ))
+    );
+    for (kind, label) in [
+        ("natural", "natural"),
+        (
+            "as_trained",
+            "natural, with the training data's token changes (as trained)",
+        ),
+        ("random", "random"),
+        ("repeated", "repeated"),
+    ] {
+        let Some(k) = r.kinds.get(kind) else {
+            continue; // as_trained: only for runs trained with token changes
+        };
+        println!("\n{label}:");
+        print!("{:>6}", "eps");
+        for i in 1..=p.k_max {
+            print!("{:>7}", format!("k={i}"));
+        }
+        println!();
+        for e in &p.eps {
+            print!("{:>6}", eps_name(*e));
+            for r in k.sink_rate.get(&eps_name(*e)).into_iter().flatten() {
+                print!("{r:>7.1}");
+            }
+            println!();
+        }
+        if !k.slot_rate.is_empty() {
+            let parts: Vec<String> = k
+                .slot_rate
+                .iter()
+                .map(|(e, r)| format!("eps {e}: {r:.1}"))
+                .collect();
+            println!("slot Sink1* (%): {}", parts.join("  "));
+        }
+        println!(
+            "F-Attn {:.3} (uniform causal attention: {:.3}) | M-Act {:.2}",
+            k.f_attn, p.f_attn_uniform, k.m_act
+        );
+    }
+    if let Some(nat) = r.kinds.get("natural") {
+        let head = eps_name(HEADLINE_EPS);
+        print!("\n{}_1^eps (%) by layer | natural:", r.metric);
+        for e in &p.eps {
+            print!(" {:>5}", eps_name(*e));
+        }
+        println!(" | random {head} | repeated {head}");
+        for l in 0..nat.norm_ratio.len() {
+            print!("{l:>5}{:>19}", "");
+            for e in &p.eps {
+                let v = nat.sink1_by_layer.get(&eps_name(*e)).map_or(0.0, |v| v[l]);
+                print!(" {v:>5.1}");
+            }
+            let at = |kind: &str| {
+                r.kinds
+                    .get(kind)
+                    .and_then(|k| k.sink1_by_layer.get(&head))
+                    .map_or("-".to_string(), |v| format!("{:.1}", v[l]))
+            };
+            println!(" | {:>10} | {:>12}", at("random"), at("repeated"));
+        }
+    }
+    println!(
+        "\nlayer | ‖h1‖/‖h_rest‖ | top1 |h| | median |h| | massive | cos(q,k1) vs rest | ‖q‖‖k1‖ vs rest"
+    );
+    for (a, heads) in r.activations.iter().zip(&r.qk) {
+        let m = |f: &dyn Fn(&QkHead) -> f64| {
+            heads.iter().map(f).sum::<f64>() / heads.len().max(1) as f64
+        };
+        println!(
+            "{:>5} | {:>13.2} | {:>8.2} | {:>10.3} | {:>7.1} | {:>6.3} vs {:>6.3} | {:>6.2} vs {:>6.2}",
+            a.layer,
+            a.norm_ratio,
+            a.top3[0],
+            a.median_abs,
+            a.massive_count,
+            m(&|h| h.cos_first),
+            m(&|h| h.cos_rest),
+            m(&|h| h.norm_first),
+            m(&|h| h.norm_rest)
+        );
+    }
+    let b = &r.bars;
+    println!(
+        "\nattention bars (mean > {}, std < {}): {} found; dark ratio of bar tokens {}",
+        b.thresholds.mean_gt,
+        b.thresholds.std_lt,
+        b.total,
+        b.dark_ratio_bars
+            .map_or("-".to_string(), |x| format!("{x:.3}"))
+    );
+    println!("results: {}", dir.display());
 }

@@ -1,7 +1,7 @@
 //! `sinklab dark`.
 
 use super::AnalysisArgs;
-use crate::analysis::dark::{self, DarkOptions, FilterLayers};
+use crate::analysis::dark::{self, DarkOptions, DarkReport, FAMILIES, FilterLayers};
 use anyhow::{Result, anyhow};
 use std::path::PathBuf;
 
@@ -75,6 +75,63 @@ pub fn run(a: Args) -> Result<()> {
             .join("analysis")
             .join(format!("step_{:08}", run.state.step))
     });
-    report.print(&dir);
+    print(&report, &dir);
     Ok(())
+}
+
+/// The terminal summary: one table per filter site, ΔNLL (Sink₁) per family and k.
+fn print(r: &DarkReport, dir: &std::path::Path) {
+    let base_sink = r.sink1_unfiltered;
+    println!(
+        "dark signals: {} bands of {} (d = {}); validation NLL {:.4} ({} × {}), Sink1 {}; \
+         ΔNLL per filter, one site at a time",
+        r.bands,
+        r.unembedding,
+        r.d_model,
+        r.validation.nll,
+        r.validation.sequences,
+        r.validation.len,
+        base_sink.map_or("-".into(), |s| format!("{s:.1}%"))
+    );
+    println!(
+        "identity check (Φ with all bands at every block input): ΔNLL {:+.5}",
+        r.filters[0].delta_nll
+    );
+    let mut sites: Vec<Option<usize>> = Vec::new();
+    for r in &r.filters[1..] {
+        if !sites.contains(&r.layer) {
+            sites.push(r.layer);
+        }
+    }
+    for layer in sites {
+        match layer {
+            Some(l) => println!("\nblock input {l}:"),
+            None => println!("\nevery block input:"),
+        }
+        print!("{:>4}", "k");
+        for family in FAMILIES {
+            print!(" {:>16}", format!("Δ{family} (Sink1)"));
+        }
+        println!();
+        for &k in &r.ks {
+            print!("{k:>4}");
+            for family in FAMILIES {
+                let r = r
+                    .filters
+                    .iter()
+                    .find(|r| r.filter == family && r.layer == layer && r.k == Some(k))
+                    .expect("evaluated");
+                print!(
+                    " {:>16}",
+                    format!(
+                        "{:+.3} ({})",
+                        r.delta_nll,
+                        r.sink1.map_or("-".into(), |s| format!("{s:.0}"))
+                    )
+                );
+            }
+            println!();
+        }
+    }
+    println!("results: {}", dir.display());
 }

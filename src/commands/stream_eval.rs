@@ -1,7 +1,9 @@
 //! `sinklab stream-eval`.
 
 use super::RunDevice;
-use crate::analysis::stream::{self, StreamOptions, default_budget, default_text_tokens};
+use crate::analysis::stream::{
+    self, StreamOptions, StreamReport, default_budget, default_text_tokens,
+};
 use anyhow::Result;
 use std::path::PathBuf;
 
@@ -50,6 +52,31 @@ pub fn run(a: Args) -> Result<()> {
         out: a.out,
         tensorboard: a.tensorboard,
     };
-    stream::stream_eval(&run, &o, &mut |m| eprintln!("{m}"))?.print();
+    print(&stream::stream_eval(&run, &o, &mut |m| eprintln!("{m}"))?);
     Ok(())
+}
+
+/// The terminal table.
+fn print(r: &StreamReport) {
+    println!(
+        "stream-eval: {} tokens, model.ctx = {}; every cache policy keeps L = {} tokens \
+         (plus the model's own sink tokens / slots)",
+        r.tokens, r.ctx, r.budget
+    );
+    println!(
+        "{:>40} {:>7} {:>10} {:>14} {:>14}",
+        "policy", "scored", "PPL", "PPL past L", "PPL past ctx"
+    );
+    let opt = |p: Option<f64>| p.map_or("-".into(), |p| format!("{p:.2}"));
+    for r in &r.rows {
+        println!(
+            "{:>40} {:>7} {:>10.2} {:>14} {:>14}",
+            r.name,
+            r.scored,
+            r.ppl,
+            opt(r.ppl_past_budget),
+            opt(r.ppl_past_ctx)
+        );
+    }
+    println!("results: {}", r.dir.display());
 }

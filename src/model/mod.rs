@@ -204,6 +204,41 @@ impl Lm {
         h
     }
 
+    /// Every layer's probe for a batch given in chunks, one layer at a time: `f(l, c, input,
+    /// probe)` receives, for chunk `c` in order, the real-token input of block `l` (B, T, d,
+    /// after the filter) and the block's records, before the next chunk or block runs. Only
+    /// the chunks' residual streams live between calls, so at most one chunk of one layer's
+    /// attention weights is held, and no logits are formed (the memory of `analyze` on a
+    /// pretrained model stays near its size).
+    pub fn probe_by_layer(
+        &self,
+        chunks: Vec<Tensor<2, Int>>,
+        filter: Option<&StreamFilter>,
+        f: &mut dyn FnMut(usize, usize, Tensor<3>, LayerProbe),
+    ) {
+        let Some(t) = chunks.first().map(|x| x.dims()[1]) else {
+            return;
+        };
+        let n_sink = self.cfg.sink_tokens;
+        let apply = |l: usize, h: Tensor<3>| match filter {
+            Some(m) if m.layers.contains(&l) => m.apply(h),
+            _ => h,
+        };
+        let mut streams: Vec<(Tensor<3>, Ctx)> =
+            chunks.into_iter().map(|x| self.input(x)).collect();
+        for (l, block) in self.blocks.iter().enumerate() {
+            for (c, (h, ctx)) in streams.iter_mut().enumerate() {
+                let x = apply(l, h.clone());
+                let input = x.clone().narrow(1, n_sink, t); // (B, T, d)
+                let mut layer = LayerProbe::default();
+                let y = block.forward(x, ctx, Some(&mut layer), None);
+                layer.hidden = Some(y.clone().narrow(1, n_sink, t)); // (B, T, d)
+                *h = y;
+                f(l, c, input, layer);
+            }
+        }
+    }
+
     /// The real-token representations entering block 0 and leaving every block: L + 1
     /// tensors (B, T, d) (for `sinklab init-check`).
     pub fn hidden_states(&self, tokens: Tensor<2, Int>) -> Vec<Tensor<3>> {
@@ -253,10 +288,36 @@ impl Lm {
         self.logits(h)
     }
 
-    /// Logits with `filter` applied to the residual stream (dark-signal experiments).
-    pub fn forward_filtered(&self, tokens: Tensor<2, Int>, filter: &StreamFilter) -> Tensor<3> {
-        let h = self.run(tokens, None, Some(filter));
-        self.logits(h)
+    /// Masked mean NLL ([`masked_nll`]) of token ids under an optional residual-stream filter,
+    /// with the logits formed a block of positions at a time when (B, T, V) would exceed
+    /// `max_logits` elements: a pretrained vocabulary's logits are never whole (evaluation
+    /// only; below the limit the sum is the one-piece [`masked_nll`] exactly).
+    pub fn nll(
+        &self,
+        tokens: Tensor<2, Int>,
+        targets: Tensor<2, Int>,
+        mask: Tensor<2>,
+        denom: f64,
+        filter: Option<&StreamFilter>,
+        max_logits: usize,
+    ) -> f64 {
+        let [b, t] = tokens.dims();
+        let v = self.embed.dims()[0];
+        let h = self.run(tokens, None, filter); // (B, T, d)
+        let step = (max_logits / (b * v).max(1)).clamp(1, t.max(1));
+        let mut total = 0.0;
+        for from in (0..t).step_by(step) {
+            let n = step.min(t - from);
+            let logits = self.logits(h.clone().narrow(1, from, n)); // (B, n, V)
+            let loss = masked_nll(
+                logits,
+                targets.clone().narrow(1, from, n),
+                mask.clone().narrow(1, from, n),
+                denom,
+            );
+            total += loss.into_scalar::<f32>() as f64;
+        }
+        total
     }
 
     /// Logits plus every layer's attention weights, queries, keys, values, gates and block

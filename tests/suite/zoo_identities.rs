@@ -515,3 +515,78 @@ fn normalised_sigmoid_and_elu1_survive_huge_logits() {
         }
     }
 }
+
+/// The analysis probes one layer and one chunk at a time (`Lm::probe_by_layer`, so a pretrained
+/// model's analysis holds one layer's tensors); the evaluation forms logits a block of positions
+/// at a time. Both must equal the one-piece forward pass for every variant: the layer-by-layer
+/// probe bit for bit (same operations, chunks of 2 over 5 sequences against one batch), the
+/// report reduced layer by layer equal to the report of all layers, the chunked NLL within f32
+/// rounding of the one-piece loss.
+#[test]
+fn layer_by_layer_probes_and_chunked_losses_equal_the_whole_pass() {
+    use sinklab::data::Batch;
+    use sinklab::eval::{batch_tensors, probe_layers, probe_report, to_array};
+    use sinklab::metrics::{Proxy, SinkReport, split_attention};
+    let dev = common::device();
+    let (b, t) = (5, 7);
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(9);
+    let ids: Vec<u32> = (0..b * t).map(|_| rng.gen_range(0..VOCAB as u32)).collect();
+    let mut mask = vec![1.0f32; b * t];
+    mask[3] = 0.0;
+    let batch = Batch {
+        batch: b,
+        len: t,
+        targets: ids.iter().map(|&x| (x + 1) % VOCAB as u32).collect(),
+        inputs: ids,
+        loss_mask: mask,
+        domains: vec![0; b],
+    };
+    let mut checked = 0;
+    for (name, model, attention) in variants() {
+        let e = exp(model, attention);
+        let m = build(&e, &dev);
+        let proxy = Proxy::for_normaliser(&e.model.attention.normaliser);
+        let streamed = probe_layers(&m, &batch, 2, proxy, &dev, None, true);
+        let (x, y, lm) = batch_tensors(&batch, &dev);
+        let (logits, whole) = m.forward_probe(x.clone());
+        assert_eq!(streamed.len(), whole.len(), "{name}");
+        for (l, (s, w)) in streamed.iter().zip(whole).enumerate() {
+            let wa = to_array(w.attn.unwrap());
+            let (attn, mass) = split_attention(&wa, w.slot_cols, w.sink_tokens, proxy);
+            assert_eq!(s.attn, attn, "{name} layer {l} attention");
+            if let Some(sm) = &s.slot_mass {
+                assert_eq!(sm, &mass, "{name} layer {l} slot mass");
+            }
+            assert_eq!(s.keys, to_array(w.keys.unwrap()), "{name} layer {l} keys");
+            assert_eq!(
+                s.values,
+                to_array(w.values.unwrap()),
+                "{name} layer {l} values"
+            );
+            assert_eq!(
+                s.queries.as_ref().unwrap(),
+                &to_array(w.queries.unwrap()),
+                "{name} {l} q"
+            );
+            assert_eq!(
+                s.hidden,
+                to_array(w.hidden.unwrap()),
+                "{name} layer {l} hidden"
+            );
+        }
+        let eps = [0.1, 0.3];
+        let report = probe_report(&m, &batch, 2, proxy, &dev, None, (&eps, 3), None);
+        assert_eq!(report, SinkReport::compute(&streamed, &eps, 3), "{name}");
+        let denom = batch.loss_mask.iter().sum::<f32>() as f64;
+        let one = masked_nll(logits, y.clone(), lm.clone(), denom).into_scalar::<f32>() as f64;
+        // at most 6 × 29 logits at once: one position at a time for 5 sequences
+        let chunked = m.nll(x, y, lm, denom, None, 2 * 3 * VOCAB);
+        assert!(one > 1.0 && one < 10.0, "{name}: loss {one}");
+        assert!(
+            (chunked - one).abs() <= 2e-6 * one,
+            "{name}: {chunked} vs {one}"
+        );
+        checked += 1;
+    }
+    assert!(checked >= 10, "only {checked} variants");
+}
