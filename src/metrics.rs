@@ -25,9 +25,7 @@
 use crate::config::{FeatureMap, NormaliserConfig};
 use std::collections::BTreeMap;
 
-/// The headline threshold of Sink₁ (Gu et al.: ε = 0.3 on T = 64 probes): the ε of the logged
-/// Sink₁, of summaries, of `sinklab report`'s default and of the analysis plots.
-pub const HEADLINE_EPS: f64 = 0.3;
+pub use crate::config::{EPS_GRID, HEADLINE_EPS};
 
 /// F-Attn of uniform causal attention over `t` keys: query i (1-based) gives 1/i to token 1,
 /// so the mean over the queries is `H_t / t` (H_t the harmonic number): 0.0741 at t = 64. A
@@ -418,6 +416,8 @@ pub struct SinkReport {
     /// [layer][head][group] mean α to token 1 by query group ([`first_by_query`]), when the
     /// probe batch has query groups (a synthetic task: 0 = no trigger, 1 + i = trigger i).
     pub first_by_query: Option<Vec<Vec<Vec<f64>>>>,
+    /// Probe length T (the keys per query row), for F-Attn's uniform floor.
+    pub probe_len: usize,
 }
 
 /// Format an ε for metric names: 0.3 → "0.3".
@@ -536,6 +536,11 @@ impl SinkReport {
                 .iter()
                 .map(|l| l.first_by_query.clone())
                 .collect::<Option<Vec<_>>>(),
+            probe_len: imps
+                .first()
+                .and_then(|l| l.first())
+                .and_then(|s| s.first())
+                .map_or(0, Vec::len),
         }
     }
 
@@ -565,7 +570,8 @@ impl SinkReport {
     /// `act/norm_rest/layer{ll}`, `act/top{1,2,3}/layer{ll}`, `act/median_abs/layer{ll}`,
     /// `act/massive_count/layer{ll}`, `kv/key_norm_{first,rest}/layer{ll}`,
     /// `kv/value_norm_{first,rest}/layer{ll}`; with slots `sink/slot_rate_eps{ε}` (Sink₁*) and
-    /// `sink/slot_mass/layer{ll}`; `attn/first_token_mass/layer{ll}` and `attn/f_attn`;
+    /// `sink/slot_mass/layer{ll}`; `attn/first_token_mass/layer{ll}` and `attn/f_attn`, with
+    /// `attn/f_attn_uniform` its floor (uniform causal attention at the probe length);
     /// `kv/value_drain/layer{ll}_head{hh}`; on a synthetic task
     /// `bb/attn_first_{dormant,trigger{i}}/layer{ll}_head{hh}`;
     /// `act/m_act`; with gates `attn/gate_mean/layer{ll}`.
@@ -630,6 +636,10 @@ impl SinkReport {
             }
         }
         out.push(("attn/f_attn".to_string(), self.f_attn()));
+        out.push((
+            "attn/f_attn_uniform".to_string(),
+            uniform_first_mass(self.probe_len),
+        ));
         out.push(("act/m_act".to_string(), self.m_act()));
         for (l, g) in self.gate_mean.iter().enumerate() {
             if let Some(g) = g {

@@ -23,7 +23,7 @@ fn layout() -> Vec<u8> {
                     vec![format!(r"sink/rate_eps{eps}/pos\d+$")],
                 ),
                 (
-                    "attention to token 1, by layer",
+                    "attention to token 1, by layer (f_attn_uniform: the floor of uniform attention)",
                     re(&[r"attn/first_token_mass/.*", r"attn/f_attn"]),
                 ),
                 (

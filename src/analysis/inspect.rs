@@ -61,6 +61,13 @@ pub fn analyze(
     if o.len < 2 || o.sequences == 0 {
         bail!("--len must be ≥ 2 and --sequences ≥ 1");
     }
+    if !o.eps.contains(&HEADLINE_EPS) {
+        bail!(
+            "--eps {:?} lacks {HEADLINE_EPS}, the headline ε of the summary, the maps and the \
+             Sink_k plot; add it to the list",
+            o.eps
+        );
+    }
     let len = o.len.min(ctx);
     if len < o.len {
         log(&format!(

@@ -19,8 +19,8 @@ pub struct Args {
     /// Probe length T (capped at model.ctx).
     #[arg(long, default_value_t = 64)]
     pub len: usize,
-    /// Thresholds ε of the Sink_k^ε table (comma-separated).
-    #[arg(long, value_delimiter = ',', default_value = "0.2,0.3,0.4,0.5,0.8")]
+    /// Thresholds ε of the Sink_k^ε table (comma-separated; must hold the headline ε 0.3).
+    #[arg(long, value_delimiter = ',', default_values_t = crate::metrics::EPS_GRID)]
     pub eps: Vec<f64>,
     /// Largest k of the Sink_k^ε table.
     #[arg(long, default_value_t = 10)]

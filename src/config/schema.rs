@@ -9,6 +9,13 @@ pub use super::model::*;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
+/// The headline threshold of Sink₁ (Gu et al.: ε = 0.3 on T = 64 probes): the ε of the logged
+/// Sink₁, of summaries, of `sinklab report`'s default and of the analysis plots.
+pub const HEADLINE_EPS: f64 = 0.3;
+
+/// The default ε grid of `metrics.eps` and `sinklab analyze --eps` (it holds [`HEADLINE_EPS`]).
+pub const EPS_GRID: [f64; 5] = [0.2, HEADLINE_EPS, 0.4, 0.5, 0.8];
+
 /// One experiment, fully resolved.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -387,7 +394,7 @@ impl Default for MetricsConfig {
             every: 50,
             probe_sequences: 100,
             probe_len: 64,
-            eps: vec![0.2, 0.3, 0.4, 0.5, 0.8],
+            eps: EPS_GRID.to_vec(),
             k_max: 10,
         }
     }

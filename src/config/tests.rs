@@ -200,3 +200,31 @@ fn override_errors_and_cycles() {
     let err = load(&ok, &["optim.lrr=1".into()]).unwrap_err();
     assert_eq!(err.0[0].path, "optim.lrr");
 }
+
+#[test]
+fn the_sum_kernel_normaliser_needs_elu1_and_the_eps_grid_needs_the_headline_eps() {
+    let sum = |fm: &str| {
+        format!(
+            "[model.attention]\nnormaliser = {{ kind = \"linear\", feature_map = \"{fm}\", \
+             normaliser = \"sum\" }}\n"
+        )
+    };
+    assert!(from_str("elu1.toml", &sum("elu1")).is_ok());
+    for fm in ["identity", "mlp"] {
+        let err = from_str("sum.toml", &sum(fm)).unwrap_err();
+        assert_eq!(err.0.len(), 1, "{err}");
+        assert_eq!(
+            err.0[0].path, "model.attention.normaliser.normaliser",
+            "{err}"
+        );
+        assert!(err.to_string().contains("elu1"), "{err}");
+    }
+    // the default grid holds the headline ε; a grid without it is refused, naming the key
+    let d = Experiment::default();
+    assert!(d.metrics.eps.contains(&HEADLINE_EPS), "{:?}", d.metrics.eps);
+    let err = from_str("eps.toml", "[metrics]\neps = [0.2, 0.5]\n").unwrap_err();
+    assert_eq!(err.0.len(), 1, "{err}");
+    assert_eq!(err.0[0].path, "metrics.eps", "{err}");
+    assert!(err.to_string().contains("lacks 0.3"), "{err}");
+    assert!(from_str("eps.toml", "[metrics]\neps = [0.3]\n").is_ok());
+}

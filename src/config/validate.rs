@@ -508,7 +508,17 @@ impl Experiment {
         if mt.eps.is_empty() {
             bad(
                 "metrics.eps",
-                "empty list: give at least one threshold, e.g. [0.3]".into(),
+                format!("empty list: give at least one threshold, e.g. [{HEADLINE_EPS}]"),
+            );
+        }
+        if !mt.eps.is_empty() && !mt.eps.contains(&HEADLINE_EPS) {
+            bad(
+                "metrics.eps",
+                format!(
+                    "{:?} lacks {HEADLINE_EPS}, the headline ε: training logs, summaries, sweep \
+                     HParams and reports show Sink₁ at ε = {HEADLINE_EPS}; add it to the list",
+                    mt.eps
+                ),
             );
         }
         for (i, e) in mt.eps.iter().enumerate() {

@@ -26,6 +26,10 @@ fn metrics() -> Vec<(String, String)> {
         ),
         ("val/loss".into(), "validation loss".into()),
         ("attn/f_attn".into(), "F-Attn".into()),
+        (
+            "attn/f_attn_uniform".into(),
+            "F-Attn of uniform attention (floor)".into(),
+        ),
         ("bb/loss_copy".into(), "copy loss (synthetic)".into()),
     ]
 }

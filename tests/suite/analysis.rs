@@ -245,7 +245,14 @@ fn run_all_commands(dir: &Path, name: &str, overrides: &[&str]) -> PathBuf {
         text.contains("natural:") && text.contains("repeated:"),
         "{text}"
     );
+    // every F-Attn is printed with the floor of uniform causal attention (H_16/16 = 0.211)
+    assert!(
+        text.contains("(uniform causal attention: 0.211)"),
+        "{name}: {text}"
+    );
     let a = read_json(&out.join("analysis.json"));
+    let floor = a["probe"]["f_attn_uniform"].as_f64().unwrap();
+    assert!((floor - 0.21136).abs() < 1e-4, "{name}: {floor}");
     for kind in ["natural", "random", "repeated"] {
         let r = a["kinds"][kind]["sink_rate"]["0.3"].as_array().unwrap();
         assert_eq!(r.len(), 10, "{name} {kind}");
@@ -362,7 +369,46 @@ fn run_all_commands(dir: &Path, name: &str, overrides: &[&str]) -> PathBuf {
 #[test]
 fn analysis_commands_on_baseline_kv_bias_sink_token_and_sigmoid_checkpoints() {
     let dir = tempfile::tempdir().unwrap();
-    run_all_commands(dir.path(), "base", &[]);
+    let run = run_all_commands(dir.path(), "base", &[]);
+    // the non-default dark options: every block input at once, W_U with the final norm's gain
+    let out = dir.path().join("base_dark_all");
+    let (ok, text) = sinklab(&[
+        "dark",
+        &run.display().to_string(),
+        "--bands",
+        "4",
+        "--k",
+        "1,3",
+        "--sequences",
+        "4",
+        "--probe-sequences",
+        "4",
+        "--probe-len",
+        "16",
+        "--out",
+        &out.display().to_string(),
+        "--layer",
+        "all",
+        "--w-u",
+        "folded",
+    ]);
+    assert!(ok, "dark --layer all --w-u folded: {text}");
+    let dj = read_json(&out.join("dark.json"));
+    assert!(
+        dj["unembedding"].as_str().unwrap().contains("folded"),
+        "{}",
+        dj["unembedding"]
+    );
+    let filters = dj["filters"].as_array().unwrap();
+    assert_eq!(filters.len(), 1 + 5 * 2);
+    assert!(
+        filters[1..].iter().all(|f| f["layer"].is_null()),
+        "one site: every block input at once"
+    );
+    assert!(filters[0]["delta_nll"].as_f64().unwrap().abs() < 1e-4);
+    // --eps without the headline ε is refused before any work
+    let (ok, text) = sinklab(&["analyze", &run.display().to_string(), "--eps", "0.2,0.5"]);
+    assert!(!ok && text.contains("lacks 0.3"), "{text}");
     run_all_commands(
         dir.path(),
         "kvbias",

@@ -354,6 +354,16 @@ fn failures_are_isolated_finished_runs_skipped_and_interrupted_runs_resume_exact
     assert!(md.contains("| 0.003 | 2/2 |"), "{md}");
     assert!(md.contains("| 1000000000000.0 | 0/2 |"), "{md}");
     assert!(md.contains("Runs that did not finish"), "{md}");
+    // F-Attn's column carries the floor of uniform causal attention at the probe length
+    let t = sinklab::config::load(&plan.dir.join("plans/lr-0.003_seed0.toml"), &[])
+        .unwrap()
+        .metrics
+        .probe_len;
+    let floor = format!(
+        "F-Attn (%; uniform {:.2} at T = {t})",
+        100.0 * sinklab::metrics::uniform_first_mass(t)
+    );
+    assert!(md.contains(&floor), "{floor} not in {md}");
     let csv = std::fs::read_to_string(plan.dir.join("report.csv")).unwrap();
     assert_eq!(csv.lines().count(), 3, "{csv}");
     assert!(csv.starts_with("lr,seeds_done,seeds,sink1_mean"), "{csv}");
