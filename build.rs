@@ -3,6 +3,14 @@
 fn main() {
     println!("cargo:rerun-if-changed=Cargo.lock");
     println!("cargo:rerun-if-changed=.git/HEAD");
+    // a commit on a branch moves the branch's ref, not HEAD: watch the ref HEAD names too
+    if let Some(r) = std::fs::read_to_string(".git/HEAD")
+        .ok()
+        .and_then(|h| h.strip_prefix("ref: ").map(|r| r.trim().to_string()))
+    {
+        println!("cargo:rerun-if-changed=.git/{r}");
+        println!("cargo:rerun-if-changed=.git/packed-refs");
+    }
     let lock = std::fs::read_to_string("Cargo.lock").unwrap_or_default();
     let mut burn = "unknown".to_string();
     let mut lines = lock.lines();
