@@ -42,7 +42,9 @@ pub struct TrainSummary {
     pub last_val_loss: Option<f64>,
     pub last_sink1: Option<f64>,
     pub tokens_per_s: f64,
-    /// Stopped early by an interrupt (Ctrl-C / SIGINT / SIGTERM) after checkpointing.
+    /// Stopped early by an interrupt (Ctrl-C / SIGINT / SIGTERM) after checkpointing. Summaries
+    /// written before this field existed read as not interrupted.
+    #[serde(default)]
     pub interrupted: bool,
 }
 

@@ -6,6 +6,8 @@ use crate::eval::{eval_loss, probe_metrics};
 use crate::metrics::{SinkReport, uniform_first_mass};
 use crate::run::OpenRun;
 use anyhow::{Context, Result, bail};
+use serde::Serialize;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 #[derive(clap::Args)]
@@ -24,6 +26,38 @@ pub struct Args {
     /// Window length for --text (default and maximum: model.ctx).
     #[arg(long, requires = "text")]
     pub len: Option<usize>,
+}
+
+/// `eval --json`. Fields in key order (the order the output has always had); a non-finite
+/// number is written as `null`.
+#[derive(Serialize)]
+struct EvalJson<'a> {
+    run_dir: &'a Path,
+    /// Every probe scalar, by its TensorBoard tag.
+    scalars: BTreeMap<String, f64>,
+    step: u64,
+    val_loss: f64,
+    /// The loss on the unchanged text, when the training data changes tokens.
+    val_loss_unchanged: Option<f64>,
+}
+
+/// `eval --text FILE --json`. Fields in key order, as [`EvalJson`].
+#[derive(Serialize)]
+struct TextEvalJson<'a> {
+    bos: bool,
+    /// Window length.
+    len: usize,
+    mean_nll: f64,
+    ppl: f64,
+    /// Tokens whose NLL is counted.
+    predicted: usize,
+    run_dir: &'a Path,
+    seconds: f64,
+    step: u64,
+    text: &'a Path,
+    /// Tokens in the file.
+    tokens: usize,
+    windows: usize,
 }
 
 pub fn run(a: Args) -> Result<()> {
@@ -53,16 +87,14 @@ pub fn run(a: Args) -> Result<()> {
         .then(|| eval_loss(model, &plain, chunk, device));
     let report = probe_metrics(model, &probe, chunk, exp, device);
     if a.json {
-        let scalars: serde_json::Map<String, serde_json::Value> = report
-            .scalars()
-            .into_iter()
-            .map(|(k, v)| (k, serde_json::json!(v)))
-            .collect();
-        println!(
-            "{}",
-            serde_json::json!({"run_dir": run.run_dir, "step": run.state.step, "val_loss": loss,
-                "val_loss_unchanged": loss_unchanged, "scalars": scalars})
-        );
+        let out = EvalJson {
+            run_dir: &run.run_dir,
+            scalars: report.scalars().into_iter().collect(),
+            step: run.state.step,
+            val_loss: loss,
+            val_loss_unchanged: loss_unchanged,
+        };
+        println!("{}", serde_json::to_string(&out)?);
         return Ok(());
     }
     println!("run {} at step {}", run.run_dir.display(), run.state.step);
@@ -103,13 +135,20 @@ fn eval_text(run: &OpenRun, file: &Path, len: Option<usize>, json: bool) -> Resu
     );
     let secs = started.elapsed().as_secs_f64();
     if json {
-        println!(
-            "{}",
-            serde_json::json!({"run_dir": run.run_dir, "step": run.state.step,
-                "text": file, "tokens": ids.len(), "predicted": predicted as usize,
-                "windows": batch.batch, "len": batch.len, "bos": exp.data.bos,
-                "mean_nll": nll, "ppl": nll.exp(), "seconds": secs})
-        );
+        let out = TextEvalJson {
+            bos: exp.data.bos,
+            len: batch.len,
+            mean_nll: nll,
+            ppl: nll.exp(),
+            predicted: predicted as usize,
+            run_dir: &run.run_dir,
+            seconds: secs,
+            step: run.state.step,
+            text: file,
+            tokens: ids.len(),
+            windows: batch.batch,
+        };
+        println!("{}", serde_json::to_string(&out)?);
     } else {
         println!(
             "{}: {} tokens ({} predicted, {} window(s) of {}{}), mean NLL {nll:.4}, \

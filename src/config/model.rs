@@ -182,7 +182,7 @@ impl Default for PositionsConfig {
     fn default() -> Self {
         PositionsConfig::Rope {
             base: 10000.0,
-            fraction: 1.0,
+            fraction: default_rope_fraction(),
             pairing: RopePairing::Halves,
         }
     }

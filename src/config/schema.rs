@@ -130,12 +130,33 @@ pub enum SyntheticConfig {
     BigramBackcopy(BigramBackcopy),
 }
 
-/// Bigram-Backcopy over a Zipf–Dirichlet bigram chain. Token ids: `<|bos|>` = 0,
-/// `<|endoftext|>` = 1, then `t0`..`t{vocab−1}` (the triggers are `t0`..).
+/// The bigram chain Bigram-Backcopy copies through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BbChain {
+    /// A Zipf unigram with Dirichlet bigram rows (`vocab`, `zipf`, `concentration`,
+    /// `task_seed`): self-contained, any vocabulary size.
+    #[default]
+    Zipf,
+    /// The paper's kind of chain: the character bigram of a Shakespeare text, here the
+    /// embedded corpus's complete works ([`SHAKESPEARE_CHARS`] characters, most frequent first,
+    /// so the triggers are ' ', 'e', 't', … as in the paper); `vocab`, `zipf` and
+    /// `concentration` are not used.
+    ShakespeareChars,
+}
+
+/// Distinct characters of the embedded Shakespeare text (checked by a test in `data`).
+pub const SHAKESPEARE_CHARS: usize = 88;
+
+/// Bigram-Backcopy over a bigram chain (`chain`). Token ids: `<|bos|>` = 0,
+/// `<|endoftext|>` = 1, then the chain's tokens, most frequent first (the triggers are the
+/// first `triggers` of them).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct BigramBackcopy {
-    /// Ordinary tokens.
+    /// The bigram chain: "zipf" (default) or "shakespeare_chars".
+    pub chain: BbChain,
+    /// Ordinary tokens (chain "zipf").
     pub vocab: usize,
     /// The most frequent tokens `0..triggers` are triggers.
     pub triggers: usize,
@@ -157,9 +178,20 @@ pub struct BigramBackcopy {
     pub length: Option<usize>,
 }
 
+impl BigramBackcopy {
+    /// Ordinary tokens of the chain: `vocab` for "zipf", the text's characters otherwise.
+    pub fn chain_vocab(&self) -> usize {
+        match self.chain {
+            BbChain::Zipf => self.vocab,
+            BbChain::ShakespeareChars => SHAKESPEARE_CHARS,
+        }
+    }
+}
+
 impl Default for BigramBackcopy {
     fn default() -> Self {
         Self {
+            chain: BbChain::Zipf,
             vocab: 64,
             triggers: 3,
             offsets: vec![1],

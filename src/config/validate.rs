@@ -352,14 +352,35 @@ impl Experiment {
                     format!("found {}, expected 2..=65000", bb.vocab),
                 );
             }
-            if bb.triggers == 0 || bb.triggers >= bb.vocab {
+            if bb.triggers == 0 || bb.triggers >= bb.chain_vocab() {
                 bad(
                     &p("triggers"),
                     format!(
-                        "found {}, expected 1..{} (fewer than data.synthetic.vocab)",
-                        bb.triggers, bb.vocab
+                        "found {}, expected 1..{} (fewer than the chain's {} tokens)",
+                        bb.triggers,
+                        bb.chain_vocab(),
+                        bb.chain_vocab()
                     ),
                 );
+            }
+            if bb.chain == BbChain::ShakespeareChars {
+                let dflt = BigramBackcopy::default();
+                for (key, set) in [
+                    ("vocab", bb.vocab != dflt.vocab),
+                    ("zipf", bb.zipf != dflt.zipf),
+                    ("concentration", bb.concentration != dflt.concentration),
+                ] {
+                    if set {
+                        bad(
+                            &p(key),
+                            format!(
+                                "not used with chain = \"shakespeare_chars\" (its {SHAKESPEARE_CHARS} \
+                                 characters and their bigram come from the embedded text): \
+                                 remove it, or use chain = \"zipf\""
+                            ),
+                        );
+                    }
+                }
             }
             if bb.offsets.is_empty() || bb.offsets.contains(&0) {
                 bad(

@@ -22,7 +22,7 @@ use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-mod synthetic;
+pub mod synthetic;
 mod text;
 
 pub use synthetic::{BbTask, query_groups, split_targets};
@@ -38,6 +38,15 @@ const EMBEDDED: &[(&str, &str)] = &[
         include_str!("../../datasets/embedded/shakespeare.txt"),
     ),
 ];
+/// One text of the embedded corpus by name ("milton", "shakespeare").
+pub fn embedded_text(name: &str) -> &'static str {
+    EMBEDDED
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, t)| *t)
+        .unwrap_or_else(|| panic!("no embedded text {name}"))
+}
+
 const EMBEDDED_MANIFEST: &str = include_str!("../../datasets/embedded/manifest.json");
 
 /// A loaded corpus: domains in name order, each a list of documents.

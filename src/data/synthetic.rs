@@ -8,11 +8,15 @@
 //! its mass somewhere, and it learns to put it on BOS: an attention sink, with the BOS value
 //! driven towards 0 (the value-state drain).
 //!
-//! The paper's chain is tiny-Shakespeare's character bigram; sinklab uses a self-contained
-//! stand-in with the same statistics that matter: a Zipf unigram π_r ∝ r^−zipf over the
-//! tokens (token 0 most frequent), every bigram row drawn from Dirichlet(concentration · π)
-//! (so its mean is π) from `task_seed`, triggers = the `triggers` most frequent tokens (ids
-//! 0..triggers). Trigger group g = i mod |offsets| copies `offsets[g]` positions back (one
+//! The paper's chain is tiny-Shakespeare's character bigram (65 characters; triggers ' ', 'e',
+//! 't'). `chain = "shakespeare_chars"` builds the same kind of chain from the embedded
+//! Shakespeare (the complete works, 5.1M characters, 88 distinct): π = the character
+//! frequencies, row c = the empirical P(next | c) over adjacent pairs, tokens ordered by
+//! descending frequency (ties by code point), so the triggers are ' ', 'e', 't', … as in the
+//! paper. The default `chain = "zipf"` is a self-contained stand-in with the statistics that
+//! matter: a Zipf unigram π_r ∝ r^−zipf over the tokens (token 0 most frequent), every bigram
+//! row drawn from Dirichlet(concentration · π) (so its mean is π) from `task_seed`. Either
+//! way the triggers are the `triggers` most frequent tokens (ids 0..triggers). Trigger group g = i mod |offsets| copies `offsets[g]` positions back (one
 //! offset, 1, is the paper's task; several give every head of a layer its own copy job).
 //!
 //! A sequence x_1 x_2 … (BOS, prepended by `data.bos`, is x_0): x_1 ~ π without the
@@ -21,7 +25,7 @@
 //! sequences are independent draws ("records"), each long enough for one training window.
 
 use super::{Dataset, Domain};
-use crate::config::{BigramBackcopy, DataConfig, SyntheticConfig};
+use crate::config::{BbChain, BigramBackcopy, DataConfig, SyntheticConfig};
 use crate::tokenizer::Tokenizer;
 use anyhow::{Context, Result, anyhow};
 use rand::{Rng, SeedableRng};
@@ -40,6 +44,8 @@ pub struct BbTask {
     rows: Vec<f64>,
     /// Cumulative first-token distribution (π without the triggers).
     first: Vec<f64>,
+    /// The character of each token (chain "shakespeare_chars").
+    chars: Option<Vec<char>>,
 }
 
 fn cumulative(p: &[f64]) -> Vec<f64> {
@@ -88,19 +94,17 @@ fn normal(rng: &mut ChaCha8Rng) -> f64 {
 
 impl BbTask {
     pub fn new(cfg: &BigramBackcopy) -> Self {
-        let v = cfg.vocab;
-        let weights: Vec<f64> = (1..=v).map(|r| (r as f64).powf(-cfg.zipf)).collect();
-        let total: f64 = weights.iter().sum();
-        let unigram: Vec<f64> = weights.iter().map(|w| w / total).collect();
-        let mut rng = ChaCha8Rng::seed_from_u64(cfg.task_seed);
-        let mut rows = Vec::with_capacity(v * v);
-        for _ in 0..v {
-            let row: Vec<f64> = unigram
-                .iter()
-                .map(|p| gamma(cfg.concentration * p, &mut rng).max(1e-300))
-                .collect();
-            rows.extend(cumulative(&row));
-        }
+        let (unigram, rows, chars) = match cfg.chain {
+            BbChain::Zipf => {
+                let (unigram, rows) = zipf_chain(cfg);
+                (unigram, rows, None)
+            }
+            BbChain::ShakespeareChars => {
+                let (unigram, rows, chars) = char_chain(super::embedded_text("shakespeare"));
+                (unigram, rows, Some(chars))
+            }
+        };
+        let v = unigram.len();
         let first: Vec<f64> = unigram
             .iter()
             .enumerate()
@@ -113,6 +117,24 @@ impl BbTask {
             unigram,
             rows,
             first: cumulative(&first),
+            chars,
+        }
+    }
+
+    /// The token strings of the vocabulary: `t0` … `t{V−1}` on the Zipf chain, the characters
+    /// on a text chain (space as `␣`, newline as `⏎`, so no token holds whitespace).
+    pub fn token_names(&self) -> Vec<String> {
+        match &self.chars {
+            None => (0..self.vocab).map(token_name).collect(),
+            Some(cs) => cs
+                .iter()
+                .map(|&c| match c {
+                    ' ' => "␣".to_string(),
+                    '\n' => "⏎".to_string(),
+                    c if c.is_whitespace() => format!("U+{:04X}", c as u32),
+                    c => c.to_string(),
+                })
+                .collect(),
         }
     }
 
@@ -171,6 +193,59 @@ impl BbTask {
     }
 }
 
+/// The Zipf–Dirichlet chain: (π, cumulative rows).
+fn zipf_chain(cfg: &BigramBackcopy) -> (Vec<f64>, Vec<f64>) {
+    let v = cfg.vocab;
+    let weights: Vec<f64> = (1..=v).map(|r| (r as f64).powf(-cfg.zipf)).collect();
+    let total: f64 = weights.iter().sum();
+    let unigram: Vec<f64> = weights.iter().map(|w| w / total).collect();
+    let mut rng = ChaCha8Rng::seed_from_u64(cfg.task_seed);
+    let mut rows = Vec::with_capacity(v * v);
+    for _ in 0..v {
+        let row: Vec<f64> = unigram
+            .iter()
+            .map(|p| gamma(cfg.concentration * p, &mut rng).max(1e-300))
+            .collect();
+        rows.extend(cumulative(&row));
+    }
+    (unigram, rows)
+}
+
+/// The character bigram chain of a text: (π, cumulative rows, the characters), tokens ordered
+/// by descending count (ties by code point). π_c = count(c) / n; row c = count(c, d) /
+/// count(c, ·) over the n − 1 adjacent pairs (a character seen only at the very end, with no
+/// successor, gets π as its row).
+pub fn char_chain(text: &str) -> (Vec<f64>, Vec<f64>, Vec<char>) {
+    let mut counts: std::collections::BTreeMap<char, u64> = Default::default();
+    for c in text.chars() {
+        *counts.entry(c).or_default() += 1;
+    }
+    let mut chars: Vec<char> = counts.keys().copied().collect();
+    chars.sort_by_key(|c| (std::cmp::Reverse(counts[c]), *c));
+    let id: std::collections::HashMap<char, usize> =
+        chars.iter().enumerate().map(|(i, &c)| (c, i)).collect();
+    let v = chars.len();
+    let n: u64 = counts.values().sum();
+    let unigram: Vec<f64> = chars.iter().map(|c| counts[c] as f64 / n as f64).collect();
+    let mut pairs = vec![0u64; v * v];
+    let mut it = text.chars().map(|c| id[&c]);
+    if let Some(mut prev) = it.next() {
+        for next in it {
+            pairs[prev * v + next] += 1;
+            prev = next;
+        }
+    }
+    let mut rows = Vec::with_capacity(v * v);
+    for r in pairs.chunks_exact(v) {
+        if r.iter().sum::<u64>() == 0 {
+            rows.extend(cumulative(&unigram));
+        } else {
+            rows.extend(cumulative(&r.iter().map(|&x| x as f64).collect::<Vec<_>>()));
+        }
+    }
+    (unigram, rows, chars)
+}
+
 /// Token ids: `<|bos|>` = 0, `<|endoftext|>` = 1, task token i ↦ i + 2 (the tokenizer's
 /// specials come first, as for every sinklab tokenizer).
 pub const FIRST_ID: u32 = 2;
@@ -200,9 +275,10 @@ pub fn dataset(
         .filter(|w| gen_.is_trigger(w[0] - FIRST_ID))
         .count();
     log(&format!(
-        "data: bigram-backcopy, vocab {} ({} triggers, offsets {:?}), {} train / {} val records of {length} tokens \
+        "data: bigram-backcopy over the {:?} chain, vocab {} ({} triggers, offsets {:?}), {} train / {} val records of {length} tokens \
          ({:.1}% of targets follow a trigger), generated in {:.2} s",
-        bb.vocab,
+        bb.chain,
+        gen_.vocab,
         bb.triggers,
         bb.offsets,
         bb.sequences,
@@ -210,7 +286,7 @@ pub fn dataset(
         100.0 * after_trigger as f64 / (bb.sequences * (length - 1)) as f64,
         t0.elapsed().as_secs_f64()
     ));
-    let words: Vec<String> = (0..bb.vocab).map(token_name).collect();
+    let words = gen_.token_names();
     let tokenizer = Tokenizer::word_level(&words)?;
     let key = crate::data::hex(&Sha256::digest(
         format!("{task:?}|{}", cfg.val_fraction).as_bytes(),

@@ -38,6 +38,7 @@
 mod hparams;
 
 use crate::config::{self, Experiment};
+use crate::train::TrainSummary;
 use anyhow::{Context, Result, anyhow, bail};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -527,14 +528,11 @@ fn run_child(
         .expect("children lock")
         .retain(|&p| p != child.id());
     let code = status.code();
-    let summary: Option<serde_json::Value> =
+    let summary: Option<TrainSummary> =
         std::fs::read_to_string(plan.dir.join(&run.name).join("summary.json"))
             .ok()
             .and_then(|t| serde_json::from_str(&t).ok());
-    let was_interrupted = summary
-        .as_ref()
-        .is_some_and(|s| s["interrupted"].as_bool() == Some(true))
-        && code == Some(130);
+    let was_interrupted = summary.is_some_and(|s| s.interrupted) && code == Some(130);
     let (state, error) = if status.success() {
         ("done", None)
     } else if was_interrupted || STOP.load(Ordering::SeqCst) {

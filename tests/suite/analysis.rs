@@ -3,7 +3,7 @@
 //! identity filter leaving NLL unchanged, and `analyze`, `dark`, `stream-eval` and `generate`
 //! end to end on trained checkpoints of the baseline, KV-bias, sink-token and sigmoid variants.
 
-use crate::common;
+use crate::common::{self, quiet, read_json, sinklab_output};
 
 use common::fixture::{floats, shape};
 use serde_json::Value;
@@ -14,9 +14,8 @@ use sinklab::analysis::unembedding_and_embedding;
 use sinklab::dark::Bands;
 use sinklab::metrics::Array;
 use sinklab::model::StreamFilter;
-use sinklab::train::{self, TrainOptions};
+use sinklab::train;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 fn golden() -> Value {
     common::golden("analysis_golden.json")
@@ -159,37 +158,8 @@ fn bars_channels_and_position_norms_by_hand() {
     close(&n, &[2.5, 2.0], 1e-12, "norms by position");
 }
 
-fn quiet() -> TrainOptions {
-    TrainOptions {
-        quiet: true,
-        ..TrainOptions::default()
-    }
-}
-
-fn sinklab(args: &[&str]) -> (bool, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_sinklab"))
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
-}
-
 fn is_png(p: &Path) -> bool {
     std::fs::read(p).is_ok_and(|b| b.starts_with(b"\x89PNG\r\n\x1a\n"))
-}
-
-fn read_json(p: &Path) -> Value {
-    serde_json::from_str(
-        &std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display())),
-    )
-    .unwrap()
 }
 
 #[test]
@@ -227,20 +197,23 @@ fn run_all_commands(dir: &Path, name: &str, overrides: &[&str]) -> PathBuf {
     let run = s.run_dir.display().to_string();
     let out = dir.join(format!("{name}_analysis"));
     let o = out.display().to_string();
-    let (ok, text) = sinklab(&[
-        "analyze",
-        &run,
-        "--sequences",
-        "6",
-        "--len",
-        "16",
-        "--out",
-        &o,
-        "--tensorboard",
-        "--map",
-        "1:2",
-    ]);
-    assert!(ok, "{name} analyze: {text}");
+    let (code, text) = sinklab_output(
+        None,
+        &[
+            "analyze",
+            &run,
+            "--sequences",
+            "6",
+            "--len",
+            "16",
+            "--out",
+            &o,
+            "--tensorboard",
+            "--map",
+            "1:2",
+        ],
+    );
+    assert_eq!(code, 0, "{name} analyze: {text}");
     assert!(
         text.contains("natural:") && text.contains("repeated:"),
         "{text}"
@@ -271,25 +244,28 @@ fn run_all_commands(dir: &Path, name: &str, overrides: &[&str]) -> PathBuf {
     }
     assert!(is_png(&out.join("attention_l01_h02.png")));
     assert!(is_png(&out.join("importance_first.png")));
-    let (ok, text) = sinklab(&[
-        "dark",
-        &run,
-        "--bands",
-        "4",
-        "--k",
-        "1,3",
-        "--sequences",
-        "4",
-        "--probe-sequences",
-        "4",
-        "--probe-len",
-        "16",
-        "--out",
-        &o,
-        "--layer",
-        "1",
-    ]);
-    assert!(ok, "{name} dark: {text}");
+    let (code, text) = sinklab_output(
+        None,
+        &[
+            "dark",
+            &run,
+            "--bands",
+            "4",
+            "--k",
+            "1,3",
+            "--sequences",
+            "4",
+            "--probe-sequences",
+            "4",
+            "--probe-len",
+            "16",
+            "--out",
+            &o,
+            "--layer",
+            "1",
+        ],
+    );
+    assert_eq!(code, 0, "{name} dark: {text}");
     let dj = read_json(&out.join("dark.json"));
     let filters = dj["filters"].as_array().unwrap();
     // the identity check + 5 families × 2 values of k at one site
@@ -311,20 +287,23 @@ fn run_all_commands(dir: &Path, name: &str, overrides: &[&str]) -> PathBuf {
         );
     }
     assert_eq!(dj["band_energy"].as_array().unwrap().len(), 3);
-    let (ok, text) = sinklab(&[
-        "stream-eval",
-        &run,
-        "--sinks",
-        "2",
-        "--window",
-        "10",
-        "--tokens",
-        "70",
-        "--out",
-        &o,
-        "--tensorboard",
-    ]);
-    assert!(ok, "{name} stream-eval: {text}");
+    let (code, text) = sinklab_output(
+        None,
+        &[
+            "stream-eval",
+            &run,
+            "--sinks",
+            "2",
+            "--window",
+            "10",
+            "--tokens",
+            "70",
+            "--out",
+            &o,
+            "--tensorboard",
+        ],
+    );
+    assert_eq!(code, 0, "{name} stream-eval: {text}");
     let sj = read_json(&out.join("stream.json"));
     let rows = sj["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 5, "{name}: {sj}");
@@ -344,10 +323,16 @@ fn run_all_commands(dir: &Path, name: &str, overrides: &[&str]) -> PathBuf {
         assert_eq!(kept, 12, "{name}: {r}");
     }
     assert!(is_png(&out.join("stream_ppl.png")));
-    let (ok, text) = sinklab(&[
-        "generate", &run, "--prompt", "To be", "--tokens", "12", "--seed", "3",
-    ]);
-    assert!(ok && text.starts_with("To be"), "{name} generate: {text}");
+    let (code, text) = sinklab_output(
+        None,
+        &[
+            "generate", &run, "--prompt", "To be", "--tokens", "12", "--seed", "3",
+        ],
+    );
+    assert!(
+        code == 0 && text.starts_with("To be"),
+        "{name} generate: {text}"
+    );
     // TensorBoard got the analysis scalars and images.
     // event files sit in the run directory itself (TensorBoard lists the run by its name)
     let events = std::fs::read_dir(&s.run_dir)
@@ -372,27 +357,30 @@ fn analysis_commands_on_baseline_kv_bias_sink_token_and_sigmoid_checkpoints() {
     let run = run_all_commands(dir.path(), "base", &[]);
     // the non-default dark options: every block input at once, W_U with the final norm's gain
     let out = dir.path().join("base_dark_all");
-    let (ok, text) = sinklab(&[
-        "dark",
-        &run.display().to_string(),
-        "--bands",
-        "4",
-        "--k",
-        "1,3",
-        "--sequences",
-        "4",
-        "--probe-sequences",
-        "4",
-        "--probe-len",
-        "16",
-        "--out",
-        &out.display().to_string(),
-        "--layer",
-        "all",
-        "--w-u",
-        "folded",
-    ]);
-    assert!(ok, "dark --layer all --w-u folded: {text}");
+    let (code, text) = sinklab_output(
+        None,
+        &[
+            "dark",
+            &run.display().to_string(),
+            "--bands",
+            "4",
+            "--k",
+            "1,3",
+            "--sequences",
+            "4",
+            "--probe-sequences",
+            "4",
+            "--probe-len",
+            "16",
+            "--out",
+            &out.display().to_string(),
+            "--layer",
+            "all",
+            "--w-u",
+            "folded",
+        ],
+    );
+    assert_eq!(code, 0, "dark --layer all --w-u folded: {text}");
     let dj = read_json(&out.join("dark.json"));
     assert!(
         dj["unembedding"].as_str().unwrap().contains("folded"),
@@ -407,8 +395,11 @@ fn analysis_commands_on_baseline_kv_bias_sink_token_and_sigmoid_checkpoints() {
     );
     assert!(filters[0]["delta_nll"].as_f64().unwrap().abs() < 1e-4);
     // --eps without the headline ε is refused before any work
-    let (ok, text) = sinklab(&["analyze", &run.display().to_string(), "--eps", "0.2,0.5"]);
-    assert!(!ok && text.contains("lacks 0.3"), "{text}");
+    let (code, text) = sinklab_output(
+        None,
+        &["analyze", &run.display().to_string(), "--eps", "0.2,0.5"],
+    );
+    assert!(code != 0 && text.contains("lacks 0.3"), "{text}");
     run_all_commands(
         dir.path(),
         "kvbias",
@@ -444,21 +435,27 @@ fn fixed_token_runs_are_validated_and_probed_as_trained() {
         assert!((a - b).abs() > 1e-4, "step {s1}: {a} vs {b}");
     }
     let run = s.run_dir.display().to_string();
-    let (ok, text) = sinklab(&["eval", &run]);
-    assert!(ok && text.contains("on the unchanged text"), "{text}");
+    let (code, text) = sinklab_output(None, &["eval", &run]);
+    assert!(
+        code == 0 && text.contains("on the unchanged text"),
+        "{text}"
+    );
     let out = dir.path().join("fixed_analysis");
     let o = out.display().to_string();
-    let (ok, text) = sinklab(&[
-        "analyze",
-        &run,
-        "--sequences",
-        "4",
-        "--len",
-        "16",
-        "--out",
-        &o,
-    ]);
-    assert!(ok && text.contains("as trained"), "{text}");
+    let (code, text) = sinklab_output(
+        None,
+        &[
+            "analyze",
+            &run,
+            "--sequences",
+            "4",
+            "--len",
+            "16",
+            "--out",
+            &o,
+        ],
+    );
+    assert!(code == 0 && text.contains("as trained"), "{text}");
     let a = read_json(&out.join("analysis.json"));
     assert!(
         a["kinds"]["as_trained"]["sink_rate"]["0.3"].is_array(),

@@ -1,23 +1,17 @@
 //! The command line as a user meets it: help text, `check` on good and bad files, clear errors
 //! for unsupported devices, and every shipped experiment file validating.
 
+use crate::common::sinklab_in;
 use std::path::Path;
-use std::process::Command;
 
-fn sinklab(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_sinklab"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into(),
-        String::from_utf8_lossy(&out.stderr).into(),
-    )
+/// Every experiment file under `dir`, searched recursively, except sweep files.
+fn all_experiments_under(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    collect_experiments(dir, &mut out);
+    out
 }
 
-fn experiment_files(dir: &Path, out: &mut Vec<String>) {
+fn collect_experiments(dir: &Path, out: &mut Vec<String>) {
     for e in std::fs::read_dir(dir).unwrap().flatten() {
         let p = e.path();
         // experiments/sweeps holds sweep files (tests/sweep.rs expands them) beside their bases
@@ -27,7 +21,7 @@ fn experiment_files(dir: &Path, out: &mut Vec<String>) {
             .is_some_and(|d| d.ends_with("sweeps"))
             && !p.ends_with("base.toml");
         if p.is_dir() {
-            experiment_files(&p, out);
+            collect_experiments(&p, out);
         } else if p.extension().is_some_and(|x| x == "toml") && !sweep_file {
             out.push(p.display().to_string());
         }
@@ -36,18 +30,14 @@ fn experiment_files(dir: &Path, out: &mut Vec<String>) {
 
 #[test]
 fn every_shipped_experiment_checks() {
-    let mut files = Vec::new();
-    experiment_files(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments"),
-        &mut files,
-    );
+    let files = all_experiments_under(&Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments"));
     assert!(files.len() >= 3, "{files:?}");
     // the files only: some are meant for a GPU or need the built corpus
     let args: Vec<&str> = ["check", "--schema-only"]
         .into_iter()
         .chain(files.iter().map(String::as_str))
         .collect();
-    let (code, out, err) = sinklab(&args);
+    let (code, out, err) = sinklab_in(None, &args);
     assert_eq!(code, 0, "{out}{err}");
     assert_eq!(
         out.lines().filter(|l| l.starts_with("ok: ")).count(),
@@ -71,7 +61,7 @@ fn check_reports_every_error_with_file_path_and_valid_values() {
         quick.to_str().unwrap(),
     );
     std::fs::write(&bad, text).unwrap();
-    let (code, _, err) = sinklab(&["check", bad.to_str().unwrap()]);
+    let (code, _, err) = sinklab_in(None, &["check", bad.to_str().unwrap()]);
     assert_eq!(code, 1);
     for want in [
         "`model.n_head`: unknown key",
@@ -90,12 +80,15 @@ fn check_reports_every_error_with_file_path_and_valid_values() {
         ),
     )
     .unwrap();
-    let (code, _, err) = sinklab(&[
-        "check",
-        bad.to_str().unwrap(),
-        "--set",
-        "train.micro_batch=5",
-    ]);
+    let (code, _, err) = sinklab_in(
+        None,
+        &[
+            "check",
+            bad.to_str().unwrap(),
+            "--set",
+            "train.micro_batch=5",
+        ],
+    );
     assert_eq!(code, 1);
     for want in [
         "`model.n_heads`",
@@ -111,29 +104,35 @@ fn check_reports_every_error_with_file_path_and_valid_values() {
 fn unsupported_device_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     let out = format!("run.out_dir=\"{}\"", dir.path().display());
-    let (code, _, err) = sinklab(&[
-        "train",
-        "experiments/ci/wgpu_smoke.toml",
-        "--device",
-        "cuda",
-        "--set",
-        &out,
-        "--quiet",
-    ]);
+    let (code, _, err) = sinklab_in(
+        None,
+        &[
+            "train",
+            "experiments/ci/wgpu_smoke.toml",
+            "--device",
+            "cuda",
+            "--set",
+            &out,
+            "--quiet",
+        ],
+    );
     if cfg!(feature = "cuda") {
         return; // a CUDA build would try the GPU instead
     }
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("without the `cuda` cargo feature"), "{err}");
     assert!(err.contains("--features cuda"), "{err}");
-    let (code, _, err) = sinklab(&["train", "experiments/ci/wgpu_smoke.toml", "--device", "tpu"]);
+    let (code, _, err) = sinklab_in(
+        None,
+        &["train", "experiments/ci/wgpu_smoke.toml", "--device", "tpu"],
+    );
     assert_eq!(code, 1);
     assert!(err.contains("valid: flex, wgpu, cuda"), "{err}");
 }
 
 #[test]
 fn help_names_every_command() {
-    let (code, out, _) = sinklab(&["--help"]);
+    let (code, out, _) = sinklab_in(None, &["--help"]);
     assert_eq!(code, 0);
     // The first word of every line of the "Commands:" section, exactly.
     let listed: Vec<&str> = out
@@ -163,7 +162,7 @@ fn help_names_every_command() {
         ],
         "{out}"
     );
-    let (code, out, _) = sinklab(&["train", "--help"]);
+    let (code, out, _) = sinklab_in(None, &["train", "--help"]);
     assert_eq!(code, 0);
     for flag in ["--resume", "--set", "--device", "--stop-after", "--quiet"] {
         assert!(

@@ -4,7 +4,7 @@
 //! depend only on the token, so a re-rotated cache is exact) equals a fresh forward over the
 //! kept tokens; sampling is reproducible and respects top-k.
 
-use crate::common;
+use crate::common::{self, tensor_values};
 
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use rand::{Rng, SeedableRng};
@@ -22,13 +22,6 @@ fn random_tokens(n: usize, seed: u64) -> Vec<u32> {
 fn ids(t: &[u32], dev: &Device) -> Tensor<2, Int> {
     let v: Vec<i64> = t.iter().map(|&x| x as i64).collect();
     Tensor::from_data(TensorData::new(v, [1, t.len()]), dev)
-}
-
-fn host(x: Tensor<3>) -> Vec<f32> {
-    x.into_data()
-        .convert::<f32>()
-        .try_into_vec::<f32>()
-        .unwrap()
 }
 
 /// A shipped experiment shrunk to 2 layers and a short context, with larger weights so that
@@ -67,7 +60,7 @@ fn cached_decoding_equals_the_uncached_forward_for_every_variant() {
     for path in &files {
         let e = shrunk(path, ctx, 2);
         let model = Lm::new(&e.model, VOCAB, 7, &dev);
-        let full = host(model.forward(ids(&toks, &dev)));
+        let full = tensor_values(model.forward(ids(&toks, &dev)));
         let spread = full.iter().fold(0f32, |m, x| m.max(x.abs()));
         let mut cache = match model.cache(CachePolicy::DENSE) {
             Ok(c) => c,
@@ -83,13 +76,13 @@ fn cached_decoding_equals_the_uncached_forward_for_every_variant() {
             }
         };
         // Prefill 5 tokens in one call, then one token at a time.
-        let mut got = host(
+        let mut got = tensor_values(
             model
                 .forward_cached(ids(&toks[..5], &dev), &mut cache)
                 .unwrap(),
         );
         for t in &toks[5..] {
-            got.extend(host(
+            got.extend(tensor_values(
                 model.forward_cached(ids(&[*t], &dev), &mut cache).unwrap(),
             ));
         }
@@ -187,7 +180,7 @@ fn eviction_with_rerotation_matches_a_fresh_forward_over_the_kept_tokens() {
             // token i+1 from the cache after tokens[..=i]: kept = first s and last w of them
             let mut kept: Vec<u32> = toks[..s].to_vec();
             kept.extend_from_slice(&toks[i + 1 - w..=i]);
-            let logits = host(model.forward(ids(&kept, &dev)));
+            let logits = tensor_values(model.forward(ids(&kept, &dev)));
             let last = &logits[logits.len() - VOCAB..];
             let want = generate::nll(last, toks[i + 1]);
             assert!(
@@ -239,7 +232,7 @@ fn dense_decoding_past_the_training_context() {
         model.extend_positions(toks.len()).unwrap();
         let streamed =
             generate::stream_nll(&model, &toks, CachePolicy::DENSE, &dev, &mut |_| {}).unwrap();
-        let full = host(model.forward(ids(&toks[..20], &dev)));
+        let full = tensor_values(model.forward(ids(&toks[..20], &dev)));
         for (i, s) in streamed.iter().enumerate() {
             let want = generate::nll(&full[i * VOCAB..(i + 1) * VOCAB], toks[i + 1]);
             assert!((s - want).abs() < 1e-4, "{name} at {i}: {s} vs {want}");
@@ -290,7 +283,7 @@ fn sampling_is_seeded_greedy_is_argmax_and_top_k_is_respected() {
     let g = generate::generate(&model, &[1, 2, 3], 6, &greedy, CachePolicy::DENSE, &dev).unwrap();
     let mut seq = vec![1u32, 2, 3];
     for _ in 0..6 {
-        let logits = host(model.forward(ids(&seq, &dev)));
+        let logits = tensor_values(model.forward(ids(&seq, &dev)));
         let last = &logits[logits.len() - VOCAB..];
         seq.push(generate::sample(last, &greedy, &mut rng));
     }

@@ -5,7 +5,7 @@
 //! GPT-2 and GPT-NeoX, float64 forward) for directories it generates at test time. Python's
 //! `tokenizers` checks the rebuilt tokenizers.
 
-use crate::common;
+use crate::common::{self, read_json};
 use burn::tensor::{Int, Tensor, TensorData};
 use serde_json::Value;
 use sinklab::generate::{self, Sampling};
@@ -15,10 +15,6 @@ use std::path::{Path, PathBuf};
 
 fn fixtures() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/gguf")
-}
-
-fn read_json(p: &Path) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
 }
 
 fn ids(v: &Value) -> Vec<u32> {

@@ -5,7 +5,7 @@
 //! The target kernels are written out again here from the formulas, so the kernel tests do not
 //! trust `sinklab::spa`: an attention-only stack is checked against Σ_l directly.
 
-use crate::common;
+use crate::common::{self, tensor_values};
 
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use sinklab::checkpoint::HostTensor;
@@ -51,13 +51,6 @@ fn orthonormal_rows(t: usize, d: usize, dev: &Device) -> Tensor<3> {
         }
     }
     Tensor::from_data(TensorData::new(rows, [1, t, d]), dev)
-}
-
-fn host(x: Tensor<3>) -> Vec<f32> {
-    x.into_data()
-        .convert::<f32>()
-        .try_into_vec::<f32>()
-        .unwrap()
 }
 
 /// X Xᵀ of a (1, T, d) tensor, in f64.
@@ -114,7 +107,7 @@ fn spa_attention_only_stacks_reproduce_the_target_kernels_at_depth_24() {
             assert_eq!(hs.len(), layers + 1);
             let mut worst = 0f64;
             for (l, h) in hs.into_iter().enumerate() {
-                let g = gram(&host(h), t, d);
+                let g = gram(&tensor_values(h), t, d);
                 let s = target(kind, x, l, layers, t);
                 let err = g
                     .iter()
@@ -163,7 +156,7 @@ fn plain_skipless_softmax_collapses_while_e_spa_and_shaped_attention_do_not() {
         let hs = m.propagate(x0.clone());
         let cos: Vec<f64> = hs
             .into_iter()
-            .map(|h| kernel_stats(&host(h), 1, t, d).mean_cos)
+            .map(|h| kernel_stats(&tensor_values(h), 1, t, d).mean_cos)
             .collect();
         assert!(cos[0].abs() < 1e-6, "{name}: input cosine {}", cos[0]);
         last.insert(name, cos[layers]);
@@ -196,7 +189,7 @@ fn shaped_attention_is_the_identity_at_init() {
         let x: Vec<f32> = sinklab::model::HostRng::new(7).normal(t * d, 1.0);
         let x0 = Tensor::<3>::from_data(TensorData::new(x.clone(), [1, t, d]), &dev);
         for (l, h) in m.propagate(x0).into_iter().enumerate() {
-            let worst = host(h)
+            let worst = tensor_values(h)
                 .iter()
                 .zip(&x)
                 .map(|(a, b)| (a - b).abs())

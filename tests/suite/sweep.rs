@@ -2,27 +2,11 @@
 //! `[set]`), stable readable names, clear errors, failure isolation, skipping finished runs,
 //! resuming an interrupted run to the same numbers, Ctrl-C, SLURM array scripts, the report.
 
-use crate::common;
+use crate::common::{self, sinklab_output};
 
 use sinklab::sweep::{self, value_label};
 use std::path::Path;
 use std::process::Command;
-
-fn sinklab(args: &[&str], cwd: &Path) -> (i32, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_sinklab"))
-        .args(args)
-        .current_dir(cwd)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    )
-}
 
 /// A tiny base experiment and a sweep file over it; returns the sweep file.
 fn sweep_file(dir: &Path, name: &str, body: &str) -> std::path::PathBuf {
@@ -289,10 +273,14 @@ fn failures_are_isolated_finished_runs_skipped_and_interrupted_runs_resume_exact
     );
     let (plan, _) = sweep::expand(&f).unwrap();
     // One run is interrupted by hand before the sweep starts: checkpoint at step 4 of 8.
-    let (code, out) = sinklab(&["sweep", f.to_str().unwrap(), "--dry-run"], dir.path());
+    let (code, out) = sinklab_output(
+        Some(dir.path()),
+        &["sweep", f.to_str().unwrap(), "--dry-run"],
+    );
     assert_eq!(code, 0, "{out}");
     let plan_file = plan.dir.join("plans").join("lr-0.003_seed1.toml");
-    let (code, out) = sinklab(
+    let (code, out) = sinklab_output(
+        Some(dir.path()),
         &[
             "train",
             plan_file.to_str().unwrap(),
@@ -300,10 +288,12 @@ fn failures_are_isolated_finished_runs_skipped_and_interrupted_runs_resume_exact
             "4",
             "--quiet",
         ],
-        dir.path(),
     );
     assert_eq!(code, 0, "{out}");
-    let (code, out) = sinklab(&["sweep", f.to_str().unwrap(), "--jobs", "2"], dir.path());
+    let (code, out) = sinklab_output(
+        Some(dir.path()),
+        &["sweep", f.to_str().unwrap(), "--jobs", "2"],
+    );
     assert_eq!(code, 1, "a failed run makes the sweep exit 1: {out}");
     assert!(
         out.contains("2 done, 0 skipped") && out.contains("2 failed"),
@@ -333,22 +323,25 @@ fn failures_are_isolated_finished_runs_skipped_and_interrupted_runs_resume_exact
         "fresh",
         "seeds = [1]\n[axes]\n\"optim.lr\" = [3e-3]\n",
     );
-    let (code, out) = sinklab(&["sweep", g.to_str().unwrap()], dir.path());
+    let (code, out) = sinklab_output(Some(dir.path()), &["sweep", g.to_str().unwrap()]);
     assert_eq!(code, 0, "{out}");
     let fresh = final_val_loss(&dir.path().join("sweeps/fresh/lr-0.003_seed1"));
     let resumed = final_val_loss(&plan.dir.join("lr-0.003_seed1"));
     assert_eq!(fresh, resumed);
     // Running again skips what finished and retries what failed.
-    let (code, out) = sinklab(&["sweep", f.to_str().unwrap(), "--jobs", "2"], dir.path());
+    let (code, out) = sinklab_output(
+        Some(dir.path()),
+        &["sweep", f.to_str().unwrap(), "--jobs", "2"],
+    );
     assert_eq!(code, 1);
     assert!(
         out.contains("0 done, 2 skipped") && out.contains("2 failed"),
         "{out}"
     );
     // The report covers every setting and lists the failures.
-    let (code, md) = sinklab(
+    let (code, md) = sinklab_output(
+        Some(dir.path()),
         &["report", plan.dir.to_str().unwrap(), "--eps", "0.2"],
-        dir.path(),
     );
     assert_eq!(code, 0, "{md}");
     assert!(md.contains("| 0.003 | 2/2 |"), "{md}");
@@ -381,9 +374,9 @@ fn slurm_array_script_and_single_index() {
         "arr",
         "seeds = [0, 1, 2]\n[axes]\n\"optim.lr\" = [3e-3]\n",
     );
-    let (code, out) = sinklab(
+    let (code, out) = sinklab_output(
+        Some(dir.path()),
         &["sweep", f.to_str().unwrap(), "--emit", "slurm"],
-        dir.path(),
     );
     assert_eq!(code, 0, "{out}");
     let script = std::fs::read_to_string(dir.path().join("sweeps/arr/slurm.sh")).unwrap();
@@ -420,7 +413,10 @@ fn slurm_array_script_and_single_index() {
         "{gscript}"
     );
     assert!(gscript.contains(&format!("#SBATCH --array=0-{}", gplan.runs.len() - 1)));
-    let (code, out) = sinklab(&["sweep", f.to_str().unwrap(), "--index", "1"], dir.path());
+    let (code, out) = sinklab_output(
+        Some(dir.path()),
+        &["sweep", f.to_str().unwrap(), "--index", "1"],
+    );
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("1 done"), "{out}");
     let plan = sweep::read_plan(&dir.path().join("sweeps/arr")).unwrap();
@@ -430,7 +426,10 @@ fn slurm_array_script_and_single_index() {
         .map(|r| sweep::read_status(&plan.dir, &r.name).map(|s| s.state))
         .collect();
     assert_eq!(states, [None, Some("done".into()), None]);
-    let (code, out) = sinklab(&["sweep", f.to_str().unwrap(), "--index", "3"], dir.path());
+    let (code, out) = sinklab_output(
+        Some(dir.path()),
+        &["sweep", f.to_str().unwrap(), "--index", "3"],
+    );
     assert_eq!(code, 1);
     assert!(out.contains("--index 3"), "{out}");
 }
@@ -482,4 +481,15 @@ fn sigint_checkpoints_every_running_run_and_stops_the_sweep() {
         let (step, _) = ckpts.last().expect("checkpointed on interrupt");
         assert!(*step < 3000, "stopped early at {step}");
     }
+}
+
+/// The runner reads each run's `summary.json` typed (`TrainSummary`): a summary written before
+/// `interrupted` existed reads as not interrupted instead of failing to parse.
+#[test]
+fn a_summary_without_newer_fields_still_reads() {
+    let old = r#"{"run_dir": "runs/x", "steps_done": 8, "first_loss": 5.5, "last_loss": 4.0,
+        "last_val_loss": null, "last_sink1": null, "tokens_per_s": 100.0}"#;
+    let s: sinklab::train::TrainSummary = serde_json::from_str(old).unwrap();
+    assert!(!s.interrupted);
+    assert_eq!(s.steps_done, 8);
 }

@@ -170,3 +170,75 @@ fn quickstart_forms_a_sink_with_softmax_and_none_with_relu_attention() {
     let drain = last_mean(&r, "kv/value_drain/");
     assert!((0.6..1.5).contains(&drain), "relu value drain {drain}");
 }
+
+/// The Shakespeare character chain (`chain = "shakespeare_chars"`) against an independent NumPy
+/// computation from the same text: character order, π and the rows of the triggers and the
+/// next tokens; the triggers are the paper's ' ', 'e', 't'; the data follow the copy rule.
+#[test]
+fn the_shakespeare_character_chain_matches_numpy_and_keeps_the_papers_triggers() {
+    let text = Path::new(env!("CARGO_MANIFEST_DIR")).join("datasets/embedded/shakespeare.txt");
+    let (ok, out) = run_python("reference_bigram.py", &[text.to_str().unwrap(), "6"]);
+    assert!(ok, "{out}");
+    let r: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    let (unigram, rows, chars) =
+        sinklab::data::synthetic::char_chain(&std::fs::read_to_string(&text).unwrap());
+    let want: Vec<String> = r["chars"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap().to_string())
+        .collect();
+    let got: Vec<String> = chars.iter().map(|c| c.to_string()).collect();
+    assert_eq!(got, want);
+    assert_eq!(chars.len(), sinklab::config::SHAKESPEARE_CHARS);
+    assert_eq!(&chars[..3], &[' ', 'e', 't'], "the paper's triggers");
+    for (a, b) in unigram.iter().zip(r["unigram"].as_array().unwrap()) {
+        assert!((a - b.as_f64().unwrap()).abs() < 1e-12, "{a} vs {b}");
+    }
+    let v = chars.len();
+    for (i, want_row) in r["rows"].as_array().unwrap().iter().enumerate() {
+        // rows are stored cumulative
+        let cum = &rows[i * v..(i + 1) * v];
+        let mut prev = 0.0;
+        for (j, w) in want_row.as_array().unwrap().iter().enumerate() {
+            let p = cum[j] - prev;
+            prev = cum[j];
+            assert!((p - w.as_f64().unwrap()).abs() < 1e-12, "row {i} col {j}");
+        }
+    }
+    // a run on this chain: 88 characters + 2 specials, the copy rule holds after ' ' (id 2)
+    let dir = tempfile::tempdir().unwrap();
+    let exp = quickstart(
+        dir.path(),
+        "chars",
+        &[
+            "data.synthetic.chain=\"shakespeare_chars\"",
+            "data.synthetic.sequences=256",
+        ],
+    );
+    let data = Dataset::prepare(&exp.data, &mut |_| {}).unwrap();
+    assert_eq!(data.vocab_size(), 90);
+    assert_eq!(data.tokenizer.encode("␣ e t").unwrap(), vec![2, 3, 4]);
+    let train = &data.domains[0].train;
+    let copies = train
+        .chunks_exact(65)
+        .flat_map(|r| r.windows(3))
+        .filter(|w| w[1] == 2)
+        .inspect(|w| assert_eq!(w[2], w[0], "after ␣ (offset 1) the previous token"))
+        .count();
+    assert!(copies > 1000, "{copies}");
+    // chain-only keys are refused with the chain
+    let err = config::load(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments/quickstart.toml"),
+        &[
+            "data.synthetic.chain=\"shakespeare_chars\"".into(),
+            "data.synthetic.vocab=100".into(),
+        ],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("data.synthetic.vocab") && err.contains("not used"),
+        "{err}"
+    );
+}

@@ -5,14 +5,8 @@
 use crate::common;
 
 use common::*;
-use sinklab::train::{self, TrainOptions};
-
-fn quiet() -> TrainOptions {
-    TrainOptions {
-        quiet: true,
-        ..TrainOptions::default()
-    }
-}
+use sinklab::tokenizer::BYTE_VOCAB;
+use sinklab::train;
 
 #[test]
 fn smoke_run_learns_and_writes_metrics_tensorboard_and_checkpoints() {
@@ -31,8 +25,8 @@ fn smoke_run_learns_and_writes_metrics_tensorboard_and_checkpoints() {
     let run = exp.run_dir();
     assert_eq!(s.steps_done, 40);
 
-    // The loss fell: byte-level text starts at ln(258) ≈ 5.55 and a few dozen steps of AdamW
-    // reach well under 4.
+    // The loss fell: byte-level text starts at ln(BYTE_VOCAB) = ln 258 ≈ 5.55 and a few dozen
+    // steps of AdamW reach well under 4.
     let losses = series(&run, "train/loss");
     assert_eq!(losses.len(), 40);
     let first = losses[0].1;
@@ -184,16 +178,9 @@ fn smoke_run_learns_and_writes_metrics_tensorboard_and_checkpoints() {
     );
 
     // ... and so does the `sinklab eval` command, with the same sink metrics as the last probe.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sinklab"))
-        .args(["eval", run.to_str().unwrap(), "--json"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (code, out, err) = sinklab_in(None, &["eval", run.to_str().unwrap(), "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let j: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(j["step"], 40);
     assert!((j["val_loss"].as_f64().unwrap() - val[2].1).abs() < 1e-5);
     let s1 = series(&run, "sink/rate_eps0.3/pos01")[2].1;
@@ -324,18 +311,20 @@ fn data_parallel_gradients_do_not_depend_on_the_worker_count() {
 
     let dir = tempfile::tempdir().unwrap();
     let exp = tiny_experiment(dir.path(), "dp", &[]);
-    let device = sinklab::backend::device(sinklab::config::DeviceKind::Flex)
-        .unwrap()
-        .autodiff();
-    let model = Lm::new(&exp.model, 258, 3, &device);
+    let device = common::device().autodiff();
+    let model = Lm::new(&exp.model, BYTE_VOCAB, 3, &device);
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
     let (b, t) = (3, exp.model.ctx);
     let micro: Vec<Batch> = (0..4)
         .map(|_| Batch {
             batch: b,
             len: t,
-            inputs: (0..b * t).map(|_| rng.gen_range(2..258)).collect(),
-            targets: (0..b * t).map(|_| rng.gen_range(2..258)).collect(),
+            inputs: (0..b * t)
+                .map(|_| rng.gen_range(2..BYTE_VOCAB as u32))
+                .collect(),
+            targets: (0..b * t)
+                .map(|_| rng.gen_range(2..BYTE_VOCAB as u32))
+                .collect(),
             loss_mask: (0..b * t).map(|i| (i % 5 != 0) as u8 as f32).collect(),
             domains: vec![0; b],
         })
@@ -364,7 +353,10 @@ fn data_parallel_gradients_do_not_depend_on_the_worker_count() {
     };
     let (gw, lw) = train::gradients(&model, &[whole], &device, &Workers::new(1, 1));
     assert!((lw - l1).abs() < 1e-5 * lw, "loss {lw} vs {l1}");
-    assert!((5.0..6.0).contains(&lw), "initial loss near ln 258: {lw}");
+    assert!(
+        (5.0..6.0).contains(&lw),
+        "initial loss near ln {BYTE_VOCAB}: {lw}"
+    );
     for ((k, a), (_, c)) in host(&gw).iter().zip(host(&g1).iter()) {
         let scale = a.iter().fold(0f32, |m, x| m.max(x.abs())).max(1e-12);
         for (x, y) in a.iter().zip(c) {
@@ -382,9 +374,7 @@ fn gradients_over_several_devices_equal_one_worker() {
     use sinklab::parallel::Workers;
     let dir = tempfile::tempdir().unwrap();
     let exp = tiny_experiment(dir.path(), "ddp", &[]);
-    let dev = sinklab::backend::device(sinklab::config::DeviceKind::Flex)
-        .unwrap()
-        .autodiff();
+    let dev = common::device().autodiff();
     let data = sinklab::data::Dataset::prepare(&exp.data, &mut |_| {}).unwrap();
     let model = sinklab::model::Lm::new(&exp.model, data.vocab_size(), 3, &dev);
     let batches: Vec<_> = (0..4)

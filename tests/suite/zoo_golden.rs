@@ -46,7 +46,7 @@ fn every_variant_matches_the_numpy_reference() {
     let g = golden();
     let cases = g["cases"].as_array().unwrap();
     assert!(cases.len() >= 40, "{} cases", cases.len());
-    let dev = sinklab::backend::device(sinklab::config::DeviceKind::Flex).unwrap();
+    let dev = common::device();
     let ad = dev.clone().autodiff();
     for case in cases {
         let name = case["name"].as_str().unwrap();

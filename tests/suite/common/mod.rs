@@ -1,10 +1,11 @@
 //! Helpers shared by the integration tests: the CPU device, golden fixtures, tiny
-//! experiments, the `sinklab` binary, the Python interpreter with the real readers, and
-//! `metrics.jsonl`.
+//! experiments, quiet training, the `sinklab` binary, the Python interpreter with the real
+//! readers, JSON files, tensors read back to the host, and `metrics.jsonl`.
 #![allow(dead_code)]
 
-use burn::tensor::Device;
+use burn::tensor::{Device, Tensor};
 use sinklab::config::{self, Experiment};
+use sinklab::train::TrainOptions;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -37,6 +38,37 @@ pub fn sinklab_in(cwd: Option<&Path>, args: &[&str]) -> (i32, String, String) {
         String::from_utf8_lossy(&out.stdout).into(),
         String::from_utf8_lossy(&out.stderr).into(),
     )
+}
+
+/// Run the `sinklab` binary in `cwd` (default: the repository root); (exit code, stdout
+/// followed by stderr).
+pub fn sinklab_output(cwd: Option<&Path>, args: &[&str]) -> (i32, String) {
+    let (code, out, err) = sinklab_in(cwd, args);
+    (code, format!("{out}{err}"))
+}
+
+/// Training options without a progress bar.
+pub fn quiet() -> TrainOptions {
+    TrainOptions {
+        quiet: true,
+        ..TrainOptions::default()
+    }
+}
+
+/// A JSON file, parsed (panics naming the file).
+pub fn read_json(p: &Path) -> serde_json::Value {
+    serde_json::from_str(
+        &std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display())),
+    )
+    .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+/// A float tensor's values on the host, as f32, in row-major order.
+pub fn tensor_values<const D: usize>(x: Tensor<D>) -> Vec<f32> {
+    x.into_data()
+        .convert::<f32>()
+        .try_into_vec::<f32>()
+        .unwrap()
 }
 
 /// A tiny experiment on the embedded corpus: byte tokenizer, 2 layers × d 32, 4 heads, ctx 32,
@@ -144,7 +176,8 @@ pub fn series(run_dir: &Path, tag: &str) -> Vec<(u64, f64)> {
         .collect()
 }
 
-/// The `*.toml` files of a directory under the repository root (e.g. `experiments/zoo`), sorted.
+/// The `*.toml` files directly in a directory under the repository root (e.g.
+/// `experiments/zoo`; subdirectories are not searched), sorted.
 pub fn experiment_files(dir: &str) -> Vec<PathBuf> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
     let mut files: Vec<_> = std::fs::read_dir(&root)
