@@ -1,15 +1,17 @@
 #!/usr/bin/env python3
-"""PyTorch eager peer of `sinklab bench`: training tokens/s of sinklab's baseline LM.
+"""PyTorch peer of `sinklab bench`: training (or inference) tokens/s of sinklab's baseline LM.
 
 Usage (PyTorch lives in its own venv; it is not in scripts/requirements.txt):
 
     python3 -m venv ~/.cache/sinklab-torch-venv
     ~/.cache/sinklab-torch-venv/bin/pip install torch==2.9.0 numpy   # PyPI's wheel is the CUDA build
-    ~/.cache/sinklab-torch-venv/bin/python scripts/bench_torch.py               # defaults below
+    ~/.cache/sinklab-torch-venv/bin/python scripts/bench_torch.py               # eager, defaults below
+    ~/.cache/sinklab-torch-venv/bin/python scripts/bench_torch.py --compile     # torch.compile + fused AdamW
     ~/.cache/sinklab-torch-venv/bin/python scripts/bench_torch.py --attn sdpa --json
 
-Compare it with `sinklab bench experiments/natural_text.toml` (or any experiment with the same
-shapes) on the same machine, with the same number of threads, while nothing else is running.
+scripts/bench_compare.py runs this and `sinklab bench` in alternation on the same shapes and
+prints the ratios; use it for any figure you report. PyTorch runs with its default threads and
+OpenMP settings (see the note at the import).
 
 The model (sinklab's baseline; defaults V=2048, d=128, L=4, H=4, ffn=384, T=128, B=16):
   - token embedding (V, d), then L pre-norm blocks
@@ -56,12 +58,10 @@ import os
 import resource
 import time
 
-# OpenMP's default busy-waiting makes PyTorch's CPU timings swing 30-fold on a 2-vCPU VM
-# (rounds of 345 to 13,083 tokens/s were seen here); passive waiting gives stable rounds.
-# Set OMP_WAIT_POLICY yourself to override.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
-import torch  # noqa: E402  (after OMP_WAIT_POLICY, which OpenMP reads at load time)
+# PyTorch runs with its default threading and OpenMP settings, as a user runs it. (An earlier
+# version set OMP_WAIT_POLICY=PASSIVE for steadier rounds; on this 2-core machine that made
+# eager PyTorch 30-40% slower, a handicap for the peer. Export it yourself to compare.)
+import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
@@ -96,20 +96,24 @@ def apply_rope(x, cos, sin):
 
 
 class Attention(nn.Module):
-    def __init__(self, d, n_heads, attn_impl):
+    def __init__(self, d, n_heads, attn_impl, kv_heads=None):
         super().__init__()
         self.h, self.dh, self.impl = n_heads, d // n_heads, attn_impl
+        self.kv = kv_heads or n_heads
         self.wq = nn.Linear(d, d, bias=False)
-        self.wk = nn.Linear(d, d, bias=False)
-        self.wv = nn.Linear(d, d, bias=False)
+        self.wk = nn.Linear(d, self.kv * self.dh, bias=False)
+        self.wv = nn.Linear(d, self.kv * self.dh, bias=False)
         self.wo = nn.Linear(d, d, bias=False)
 
     def forward(self, x, cos, sin, causal):
         B, T, d = x.shape
         q = self.wq(x).view(B, T, self.h, self.dh).transpose(1, 2)
-        k = self.wk(x).view(B, T, self.h, self.dh).transpose(1, 2)
-        v = self.wv(x).view(B, T, self.h, self.dh).transpose(1, 2)
+        k = self.wk(x).view(B, T, self.kv, self.dh).transpose(1, 2)
+        v = self.wv(x).view(B, T, self.kv, self.dh).transpose(1, 2)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if self.kv != self.h:  # grouped-query attention: each KV head serves h / kv query heads
+            k = k.repeat_interleave(self.h // self.kv, dim=1)
+            v = v.repeat_interleave(self.h // self.kv, dim=1)
         if self.impl == "sdpa":
             o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:
@@ -132,9 +136,9 @@ class SwiGLU(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, d, n_heads, ffn, attn_impl):
+    def __init__(self, d, n_heads, ffn, attn_impl, kv_heads=None):
         super().__init__()
-        self.norm1, self.attn = RMSNorm(d), Attention(d, n_heads, attn_impl)
+        self.norm1, self.attn = RMSNorm(d), Attention(d, n_heads, attn_impl, kv_heads)
         self.norm2, self.mlp = RMSNorm(d), SwiGLU(d, ffn)
 
     def forward(self, x, cos, sin, causal):
@@ -143,13 +147,15 @@ class Block(nn.Module):
 
 
 class LM(nn.Module):
-    def __init__(self, vocab, d, n_layers, n_heads, ffn, ctx, attn_impl):
+    def __init__(self, vocab, d, n_layers, n_heads, ffn, ctx, attn_impl, kv_heads=None,
+                 tied=False, rope_base=10000.0):
         super().__init__()
         self.embed = nn.Embedding(vocab, d)
-        self.blocks = nn.ModuleList(Block(d, n_heads, ffn, attn_impl) for _ in range(n_layers))
+        self.blocks = nn.ModuleList(Block(d, n_heads, ffn, attn_impl, kv_heads)
+                                    for _ in range(n_layers))
         self.norm_f = RMSNorm(d)
         self.head = nn.Linear(d, vocab, bias=False)
-        cos, sin = rope_tables(ctx, d // n_heads)
+        cos, sin = rope_tables(ctx, d // n_heads, rope_base)
         self.register_buffer("cos", cos, persistent=False)
         self.register_buffer("sin", sin, persistent=False)
         self.register_buffer("causal", torch.triu(torch.ones(ctx, ctx, dtype=torch.bool), 1),
@@ -158,6 +164,8 @@ class LM(nn.Module):
         for m in self.modules():
             if isinstance(m, (nn.Linear, nn.Embedding)):
                 nn.init.normal_(m.weight, 0.0, std)
+        if tied:
+            self.head.weight = self.embed.weight
 
     def forward(self, tokens):
         T = tokens.shape[1]
@@ -212,7 +220,17 @@ def main():
     ap.add_argument("--steps", type=int, default=30, help="steps per timed round")
     ap.add_argument("--warmup", type=int, default=5, help="untimed steps first")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch.set_num_threads (default: PyTorch's own choice, one per core)")
+    ap.add_argument("--kv-heads", type=int, default=None, help="grouped-query attention")
+    ap.add_argument("--tied", action="store_true", help="head = embedding")
+    ap.add_argument("--rope-base", type=float, default=10000.0)
+    ap.add_argument("--compile", action="store_true",
+                    help="torch.compile the model (forward and backward through inductor)")
+    ap.add_argument("--optimizer", choices=["foreach", "fused"], default=None,
+                    help="AdamW implementation (default: foreach in eager, fused with --compile)")
+    ap.add_argument("--mode", choices=["train", "forward"], default="train",
+                    help="train: a full training step; forward: inference (no grad), logits")
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--wd", type=float, default=0.1)
     ap.add_argument("--attn", choices=["manual", "sdpa"], default="manual")
@@ -222,20 +240,28 @@ def main():
     args = ap.parse_args()
     assert args.d_model % args.heads == 0 and (args.d_model // args.heads) % 2 == 0
 
-    torch.set_num_threads(args.threads)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     B, T, V, d, L = args.batch, args.ctx, args.vocab, args.d_model, args.layers
-    model = LM(V, d, L, args.heads, args.ffn, T, args.attn)
-    model.train()
+    model = LM(V, d, L, args.heads, args.ffn, T, args.attn, args.kv_heads, args.tied,
+               args.rope_base)
+    model.train(args.mode == "train")
     params = list(model.parameters())
-    opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=args.wd)
+    optimizer = args.optimizer or ("fused" if args.compile else "foreach")
+    opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=args.wd,
+                            **({"fused": True} if optimizer == "fused" else {"foreach": True}))
+    run = torch.compile(model) if args.compile else model
 
     gen = torch.Generator().manual_seed(args.seed)
     batch = torch.randint(2, V, (B, T + 1), generator=gen)
     inputs, targets = batch[:, :-1].contiguous(), batch[:, 1:].contiguous()
 
     def step():
-        logits = model(inputs)
+        if args.mode == "forward":
+            with torch.inference_mode():
+                return run(inputs)[0, -1, 0].item()
+        logits = run(inputs)
         loss = F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -263,13 +289,18 @@ def main():
     median = sorted(rounds)[len(rounds) // 2]
 
     n_params = sum(p.numel() for p in params)
-    n_nonemb = n_params - model.embed.weight.numel()
-    flops_per_token = 6.0 * n_nonemb + 12.0 * L * T * d
+    # the head's matmul counts, also when it shares the embedding's weights
+    n_nonemb = n_params - model.embed.weight.numel() + (V * d if args.tied else 0)
+    # a training step is 3 forward passes' worth (forward, and backward for inputs and weights)
+    passes = 3.0 if args.mode == "train" else 1.0
+    flops_per_token = passes * (2.0 * n_nonemb + 4.0 * L * T * d)
     achieved = median * flops_per_token / 1e9
     peak, peak_source = (args.peak_gflops, "--peak-gflops") if args.peak_gflops else cpu_peak_gflops()
     rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     res = {
-        "impl": f"torch {torch.__version__} eager cpu, attn={args.attn}",
+        "impl": f"torch {torch.__version__} {'compile' if args.compile else 'eager'} cpu, "
+                f"attn={args.attn}, adamw={optimizer}, mode={args.mode}",
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "(default)"),
         "params": n_params,
         "non_embedding_params": n_nonemb,
         "batch": B,
@@ -293,7 +324,7 @@ def main():
     if args.json:
         print(json.dumps(res))
         return
-    print(f"torch {torch.__version__} eager CPU, {res['threads']} threads, attention: {args.attn}")
+    print(f"{res['impl']}, {res['threads']} threads, OMP_WAIT_POLICY {res['omp_wait_policy']}")
     print(f"model: V={V} d={d} L={L} H={args.heads} ffn={args.ffn} T={T} B={B}; "
           f"params {n_params:,} (non-embedding {n_nonemb:,})")
     print(f"FLOPs/token = 6*N + 12*L*T*d = 6*{n_nonemb} + 12*{L}*{T}*{d} = {flops_per_token:,.0f}")

@@ -6,6 +6,10 @@
 //! second term is attention's q·k and A·v, forward and backward). MFU divides achieved FLOP/s by
 //! the machine's fp32 peak, estimated as cores × clock × FLOPs/cycle (32 with AVX2+FMA, 64 with
 //! AVX-512) unless `--peak-gflops` is given.
+//!
+//! `--forward` times inference instead, the path of `eval` and `analyze`: the logits of every
+//! micro-batch of the step through the model without autodiff, one value read back (FLOPs per
+//! token `2·N + 4·L·T·d`).
 
 use crate::backend;
 use crate::config::{DeviceKind, Experiment};
@@ -21,6 +25,8 @@ use std::time::Instant;
 
 #[derive(Debug, Serialize)]
 pub struct BenchResult {
+    /// "train" (full optimizer steps) or "forward" (inference).
+    pub mode: String,
     pub device: String,
     pub params: usize,
     pub non_embedding_params: usize,
@@ -87,8 +93,10 @@ pub fn run(
     steps: usize,
     rounds: usize,
     peak: Option<f64>,
+    forward: bool,
 ) -> Result<BenchResult> {
-    let device = backend::device(exp.run.device)?.autodiff();
+    let base = backend::device(exp.run.device)?;
+    let device = base.clone().autodiff();
     let mut model = Lm::new(&exp.model, vocab, exp.run.seed, &device);
     let mut adam = Optimizer::new(&exp.optim);
     let (b, t) = (exp.train.micro_batch, exp.model.ctx);
@@ -106,6 +114,15 @@ pub fn run(
         .collect();
     let workers = Workers::for_device(exp.run.device == DeviceKind::Flex, accum);
     let mut step = |model: Lm| -> Lm {
+        if forward {
+            let valid = burn::module::Module::valid(&model);
+            for b in &batches {
+                let (x, _, _) = crate::eval::batch_tensors(b, &base);
+                let logits = valid.forward(x); // (B, T, V)
+                let _ = logits.slice([0..1, 0..1, 0..1]).into_scalar::<f32>();
+            }
+            return model;
+        }
         let (grads, _loss) = train::gradients(&model, &batches, &device, &workers);
         let scale = optim::clip_scale(grads.global_norm(), exp.optim.grad_clip);
         adam.step(model, &grads, exp.optim.lr, scale)
@@ -126,13 +143,15 @@ pub fn run(
     let median = sorted[sorted.len() / 2];
     let n = model::non_embedding_params(&model);
     let m = &exp.model;
-    let flops_per_token = 6.0 * n as f64 + 12.0 * (m.n_layers * t * m.d_model) as f64;
+    let passes = if forward { 1.0 } else { 3.0 };
+    let flops_per_token = passes * (2.0 * n as f64 + 4.0 * (m.n_layers * t * m.d_model) as f64);
     let achieved = median * flops_per_token / 1e9;
     let (peak_gflops, peak_source) = match peak {
         Some(p) => (p, "--peak-gflops".to_string()),
         None => cpu_peak_gflops(),
     };
     Ok(BenchResult {
+        mode: if forward { "forward" } else { "train" }.into(),
         device: exp.run.device.name().into(),
         params: model::count_params(&model),
         non_embedding_params: n,

@@ -26,6 +26,9 @@ pub struct Args {
     /// Print one JSON object.
     #[arg(long)]
     pub json: bool,
+    /// Time inference (the logits of every micro-batch, no autodiff) instead of training steps.
+    #[arg(long)]
+    pub forward: bool,
 }
 
 pub fn run(a: Args) -> Result<()> {
@@ -34,14 +37,23 @@ pub fn run(a: Args) -> Result<()> {
         Some(v) => v,
         None => exp.data.tokenizer.requested_vocab()?,
     };
-    let r = bench::run(&exp, vocab, a.warmup, a.steps, a.rounds, a.peak_gflops)?;
+    let r = bench::run(
+        &exp,
+        vocab,
+        a.warmup,
+        a.steps,
+        a.rounds,
+        a.peak_gflops,
+        a.forward,
+    )?;
     if a.json {
         println!("{}", serde_json::to_string(&r)?);
         return Ok(());
     }
     println!(
-        "sinklab bench: {} | {} params ({} non-embedding) | batch {} × ctx {} per step \
+        "sinklab bench ({}): {} | {} params ({} non-embedding) | batch {} × ctx {} per step \
          ({} micro-batches of {}) | {} threads: {} worker(s) × {}",
+        r.mode,
         r.device,
         r.params,
         r.non_embedding_params,

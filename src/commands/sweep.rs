@@ -1,13 +1,13 @@
 //! `sinklab sweep`.
 
-use crate::sweep;
+use crate::sweep::{self, slurm};
 use crate::train;
-use anyhow::{Result, anyhow};
+use anyhow::{Result, bail};
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Sweep TOML file (base, axes, combine, seeds; see `experiments/sweeps/`).
+    /// Sweep TOML file (base, axes, combine, seeds, [slurm]; see `experiments/sweeps/`).
     pub file: PathBuf,
     /// Runs at a time (each gets cores / N threads).
     #[arg(long, default_value_t = 1)]
@@ -18,40 +18,81 @@ pub struct Args {
     /// Print the expanded runs and write the plan without running anything.
     #[arg(long)]
     pub dry_run: bool,
-    /// Write a job script instead of running: `slurm` (one array task per run).
+    /// Write job scripts instead of running: `slurm` (a job array with one task per run, and
+    /// the report as a job of its own; `--submit` submits them).
     #[arg(long, value_name = "SYSTEM")]
-    pub emit: Option<String>,
+    pub emit: Option<Emit>,
+    /// Write the SLURM scripts and submit them with sbatch: a job array over the runs not yet
+    /// finished, then the report as a job that starts when the array has ended
+    /// (--dependency=afterany). Prints the job ids.
+    #[arg(long, conflicts_with_all = ["dry_run", "index", "jobs"])]
+    pub submit: bool,
+    /// With --submit: do not submit the report job.
+    #[arg(long, requires = "submit")]
+    pub no_report: bool,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
     /// Put the sweep directory under DIR instead of the file's `out_dir` (runs/sweeps).
     #[arg(long, value_name = "DIR")]
     pub out_dir: Option<PathBuf>,
 }
 
+/// What `--emit` writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Emit {
+    /// A SLURM job array (`slurm.sh`) and the report job (`slurm-report.sh`).
+    Slurm,
+}
+
+/// The cluster's options for `--emit slurm` / `--submit`, over the sweep file's `[slurm]`
+/// table. One not given in either place gets no `#SBATCH` line: the cluster's default applies.
+#[derive(clap::Args)]
+pub struct ClusterArgs {
+    /// SLURM partition (or several, comma-separated).
+    #[arg(long, value_name = "NAME")]
+    pub partition: Option<String>,
+    /// SLURM account charged for the jobs.
+    #[arg(long, value_name = "NAME")]
+    pub account: Option<String>,
+    /// Time limit per task: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS.
+    #[arg(long, value_name = "LIMIT")]
+    pub time: Option<String>,
+    /// GPUs per task (--gres=gpu:N); by default what the runs' run.devices ask for on a GPU
+    /// backend, none for CPU runs.
+    #[arg(long, value_name = "N")]
+    pub gpus_per_task: Option<u32>,
+    /// CPUs per task; a task trains with that many threads.
+    #[arg(long, value_name = "N")]
+    pub cpus_per_task: Option<u32>,
+}
+
+impl ClusterArgs {
+    fn options(&self) -> slurm::Options {
+        slurm::Options {
+            partition: self.partition.clone(),
+            account: self.account.clone(),
+            time: self.time.clone(),
+            gpus_per_task: self.gpus_per_task,
+            cpus_per_task: self.cpus_per_task,
+            extra: Vec::new(),
+        }
+    }
+}
+
 pub fn run(a: Args) -> Result<()> {
     let (plan, exps) = sweep::expand_into(&a.file, a.out_dir.as_deref())?;
-    if a.dry_run || a.emit.is_some() {
-        sweep::write_plan(&plan, &exps)?;
+    let flags = a.cluster.options();
+    if a.emit.is_some() || a.submit {
+        return emit_slurm(&a, &plan, &exps, &flags);
     }
-    match a.emit.as_deref() {
-        None => {}
-        Some("slurm") => {
-            let exe = std::env::current_exe()?;
-            let cwd = std::env::current_dir()?;
-            let script = plan.dir.join("slurm.sh");
-            std::fs::write(
-                &script,
-                sweep::slurm_script(&plan, &exps, &exe, &cwd, a.out_dir.as_deref()),
-            )?;
-            println!(
-                "wrote {} ({} array tasks); submit with: sbatch {}",
-                script.display(),
-                plan.runs.len(),
-                script.display()
-            );
-            return Ok(());
-        }
-        Some(other) => return Err(anyhow!("--emit {other}: unknown; valid: slurm")),
+    if flags != slurm::Options::default() {
+        bail!(
+            "--partition, --account, --time, --gpus-per-task and --cpus-per-task apply to \
+             --emit slurm and --submit"
+        );
     }
     if a.dry_run {
+        sweep::write_plan(&plan, &exps)?;
         println!("sweep {} → {}", plan.name, plan.dir.display());
         for r in &plan.runs {
             println!("{:>4}  {}", r.index, r.name);
@@ -82,5 +123,82 @@ pub fn run(a: Args) -> Result<()> {
     if !o.failed.is_empty() {
         std::process::exit(1);
     }
+    Ok(())
+}
+
+/// `--emit slurm` and `--submit`.
+fn emit_slurm(
+    a: &Args,
+    plan: &sweep::Plan,
+    exps: &[crate::config::Experiment],
+    flags: &slurm::Options,
+) -> Result<()> {
+    let cluster = slurm::resolve(&plan.slurm, flags, exps)
+        .map_err(|e| anyhow::anyhow!("{}: SLURM options:\n{e}", a.file.display()))?;
+    let exe = std::env::current_exe()?;
+    let cwd = std::env::current_dir()?;
+    let inv = slurm::Invocation {
+        exe: &exe,
+        cwd: &cwd,
+        out_dir: a.out_dir.as_deref(),
+    };
+    let e = slurm::emit(plan, exps, &cluster, &inv)?;
+    println!(
+        "wrote {} ({} array tasks) and {}; SLURM output goes to {}/",
+        e.array_script.display(),
+        plan.runs.len(),
+        e.report_script.display(),
+        e.logs.display()
+    );
+    println!("cluster options:\n{}", cluster.describe());
+    if !a.submit {
+        let out = a
+            .out_dir
+            .as_ref()
+            .map_or(String::new(), |d| format!(" --out-dir {}", d.display()));
+        println!(
+            "submit with: sinklab sweep {}{out} --submit   (or: sbatch {})",
+            a.file.display(),
+            e.array_script.display()
+        );
+        return Ok(());
+    }
+    let s = slurm::submit(plan, exps, &e, !a.no_report)?;
+    let Some((job, todo)) = &s.array else {
+        println!(
+            "every run of sweep {} has finished ({} runs); nothing submitted\nreport: sinklab report {}",
+            plan.name,
+            s.finished.len(),
+            plan.dir.display()
+        );
+        return Ok(());
+    };
+    println!(
+        "submitted job array {job}: {} of {} runs ({} finished, skipped), tasks {}; output in {}/slurm-{job}_TASK.out",
+        todo.len(),
+        plan.runs.len(),
+        s.finished.len(),
+        slurm::array_ranges(todo),
+        e.logs.display()
+    );
+    match &s.report {
+        Some(r) => println!(
+            "submitted report job {r} (--dependency=afterany:{job}): writes {}/report.md; output in {}/slurm-report-{r}.out",
+            plan.dir.display(),
+            e.logs.display()
+        ),
+        None => println!(
+            "no report job (--no-report); afterwards: sinklab report {}",
+            plan.dir.display()
+        ),
+    }
+    let ids = [Some(job.clone()), s.report.clone()]
+        .into_iter()
+        .flatten()
+        .collect::<Vec<_>>()
+        .join(",");
+    println!(
+        "follow with: squeue -j {ids}; stop with: scancel {job} (runs checkpoint and resume on the next --submit)"
+    );
     Ok(())
 }

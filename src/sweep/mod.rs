@@ -33,9 +33,12 @@
 //! child checkpoint and stop, and the sweep stops launching runs; if the sweep process itself
 //! is killed (even with kill -9) its children die with it (PR_SET_PDEATHSIG) and everything
 //! resumes from the checkpoints. The sweep root and every finished run also get TensorBoard's
-//! HParams data ([`hparams`]), so the HPARAMS tab compares the runs.
+//! HParams data ([`hparams`]), so the HPARAMS tab compares the runs. On a SLURM cluster, each run
+//! is one task of a job array ([`slurm`]; the sweep file's optional `[slurm]` table holds the
+//! cluster's options).
 
 mod hparams;
+pub mod slurm;
 
 use crate::config::{self, Experiment};
 use crate::train::TrainSummary;
@@ -74,6 +77,9 @@ pub struct SweepFile {
     pub axes: toml::Table,
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
+    /// The cluster's options for `--emit slurm` / `--submit`.
+    #[serde(default)]
+    pub slurm: slurm::Options,
 }
 
 fn default_out() -> PathBuf {
@@ -107,6 +113,9 @@ pub struct Plan {
     /// Axis paths in name order, with their labels and values.
     pub axes: Vec<(String, String, Vec<String>)>,
     pub runs: Vec<RunPlan>,
+    /// The sweep file's `[slurm]` table.
+    #[serde(default)]
+    pub slurm: slurm::Options,
 }
 
 /// Flatten nested tables down to array leaves: `{optim: {lr: [..]}}` → `optim.lr`.
@@ -215,10 +224,12 @@ pub fn expand_into(file: &Path, out_dir: Option<&Path>) -> Result<(Plan, Vec<Exp
     let sweep: SweepFile = serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
         anyhow!(
-            "{}: {}{}\n  valid keys: base, name, out_dir, combine (\"grid\" | \"zip\"), seeds, [set], [axes], [labels]",
+            "{}: {}{}\n  valid keys: base, name, out_dir, combine (\"grid\" | \"zip\"), seeds, [set], \
+             [axes], [labels], [slurm] ({})",
             file.display(),
             if path == "." { String::new() } else { format!("{path}: ") },
-            e.into_inner().message().trim()
+            e.into_inner().message().trim(),
+            slurm::KEYS
         )
     })?;
     let dir_of = file.parent().unwrap_or(Path::new("."));
@@ -384,6 +395,7 @@ pub fn expand_into(file: &Path, out_dir: Option<&Path>) -> Result<(Plan, Vec<Exp
             })
             .collect(),
         runs,
+        slurm: sweep.slurm,
     };
     Ok((plan, exps))
 }
@@ -410,7 +422,7 @@ pub fn read_status(plan_dir: &Path, name: &str) -> Option<RunStatus> {
 }
 
 /// Whether a run finished: recorded done and its newest checkpoint is the last step.
-fn finished(plan: &Plan, run: &RunPlan, exp: &Experiment) -> bool {
+pub fn finished(plan: &Plan, run: &RunPlan, exp: &Experiment) -> bool {
     let done = read_status(&plan.dir, &run.name).is_some_and(|s| s.state == "done");
     let last = crate::checkpoint::list_checkpoints(&exp.run_dir())
         .last()
@@ -418,19 +430,26 @@ fn finished(plan: &Plan, run: &RunPlan, exp: &Experiment) -> bool {
     done && last == Some(exp.train.steps)
 }
 
-/// Write `sweep.json` and every run's resolved experiment.
+/// Write `sweep.json` and every run's resolved experiment. A file that already holds the same
+/// text is left alone, so that SLURM tasks starting together do not rewrite the plan.
 pub fn write_plan(plan: &Plan, exps: &[Experiment]) -> Result<()> {
     std::fs::create_dir_all(plan.dir.join("plans"))
         .with_context(|| format!("creating {}", plan.dir.display()))?;
+    let write_changed = |path: &Path, text: &str| -> Result<()> {
+        if std::fs::read(path).is_ok_and(|old| old == text.as_bytes()) {
+            return Ok(());
+        }
+        crate::checkpoint::write_atomic(path, text.as_bytes())
+    };
     for (r, e) in plan.runs.iter().zip(exps) {
-        crate::checkpoint::write_atomic(
+        write_changed(
             &plan.dir.join("plans").join(format!("{}.toml", r.name)),
-            e.to_toml().as_bytes(),
+            &e.to_toml(),
         )?;
     }
-    crate::checkpoint::write_atomic(
+    write_changed(
         &plan.dir.join("sweep.json"),
-        serde_json::to_string_pretty(plan)?.as_bytes(),
+        &serde_json::to_string_pretty(plan)?,
     )
 }
 
@@ -563,7 +582,13 @@ pub fn run(
     write_plan(plan, exps)?;
     hparams::write_experiment(plan)?;
     let exe = std::env::current_exe().context("locating the sinklab binary")?;
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // A SLURM task uses the CPUs it was given (--cpus-per-task): a cluster that does not bind
+    // tasks to CPUs leaves the whole node visible.
+    let cores = std::env::var("SLURM_CPUS_PER_TASK")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let jobs = jobs.max(1);
     let threads = (cores / jobs).max(1);
     let mut queue: Vec<usize> = match only {
@@ -669,49 +694,4 @@ pub fn run(
     bar.finish_and_clear();
     let o = outcome.into_inner().expect("outcome");
     Ok(o)
-}
-
-/// A SLURM job-array script with one array task per run (`sinklab sweep FILE --index N`);
-/// finished runs are skipped and unfinished ones resume, exactly as locally.
-pub fn slurm_script(
-    plan: &Plan,
-    exps: &[Experiment],
-    exe: &Path,
-    cwd: &Path,
-    out_dir: Option<&Path>,
-) -> String {
-    let n = plan.runs.len();
-    // GPUs per task: the most any run asks for (run.devices on a GPU backend).
-    let gpus = exps
-        .iter()
-        .filter(|e| e.run.device != config::DeviceKind::Flex)
-        .map(|e| e.run.devices)
-        .max();
-    let gpu_line = match gpus {
-        Some(g) => format!("#SBATCH --gres=gpu:{g}\n"),
-        None => String::new(),
-    };
-    format!(
-        "#!/bin/bash\n\
-         # SLURM job array for sinklab sweep `{name}` ({n} runs), written by `sinklab sweep --emit slurm`.\n\
-         # Submit with: sbatch {script}\n\
-         # Every task runs one run; re-submitting skips finished runs and resumes the others.\n\
-         # Add your cluster's partition, account and time limit below.\n\
-         #SBATCH --job-name=sinklab-{name}\n\
-         #SBATCH --array=0-{last}\n\
-         #SBATCH --output={dir}/logs/slurm-%A_%a.out\n\
-         #SBATCH --cpus-per-task=2\n\
-         {gpu_line}\
-         set -euo pipefail\n\
-         cd {cwd}\n\
-         exec {exe} sweep {file}{out} --index \"$SLURM_ARRAY_TASK_ID\"\n",
-        name = plan.name,
-        script = plan.dir.join("slurm.sh").display(),
-        last = n.saturating_sub(1),
-        dir = plan.dir.display(),
-        cwd = cwd.display(),
-        exe = exe.display(),
-        file = plan.file.display(),
-        out = out_dir.map_or(String::new(), |d| format!(" --out-dir {}", d.display())),
-    )
 }

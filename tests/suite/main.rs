@@ -12,6 +12,7 @@ mod metrics_golden;
 mod model_golden;
 mod reliability;
 mod skipless;
+mod slurm;
 mod sweep;
 mod synthetic;
 mod tensorboard_roundtrip;

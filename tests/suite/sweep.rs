@@ -400,13 +400,13 @@ fn slurm_array_script_and_single_index() {
     // GPU sweeps request one GPU per task (the shipped 60M sweeps run on cuda).
     let gu = Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments/sweeps/gu60m/lr.toml");
     let (gplan, gexps) = sweep::expand(&gu).unwrap();
-    let gscript = sweep::slurm_script(
-        &gplan,
-        &gexps,
-        Path::new("/opt/sinklab"),
-        Path::new("/src"),
-        Some(Path::new("/scratch/sweeps")),
-    );
+    let cluster = sweep::slurm::resolve(&gplan.slurm, &Default::default(), &gexps).unwrap();
+    let inv = sweep::slurm::Invocation {
+        exe: Path::new("/opt/sinklab"),
+        cwd: Path::new("/src"),
+        out_dir: Some(Path::new("/scratch/sweeps")),
+    };
+    let gscript = sweep::slurm::array_script(&gplan, &cluster, &inv).unwrap();
     assert!(gscript.contains("#SBATCH --gres=gpu:1\n"), "{gscript}");
     assert!(
         gscript.contains("--out-dir /scratch/sweeps --index"),
