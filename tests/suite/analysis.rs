@@ -190,6 +190,29 @@ fn identity_filter_leaves_the_loss_unchanged_and_removing_everything_does_not() 
     );
 }
 
+/// `sinklab dark` on a tiny run: 4 bands, k ∈ {1, 3}, 4 validation and 4 probe sequences of 16
+/// tokens, written to `out`, with `extra` arguments.
+fn small_dark(run: &str, out: &str, extra: &[&str]) -> (i32, String) {
+    let mut args = vec![
+        "dark",
+        run,
+        "--bands",
+        "4",
+        "--k",
+        "1,3",
+        "--sequences",
+        "4",
+        "--probe-sequences",
+        "4",
+        "--probe-len",
+        "16",
+        "--out",
+        out,
+    ];
+    args.extend_from_slice(extra);
+    sinklab_output(None, &args)
+}
+
 /// Train a tiny variant and run every analysis command on its checkpoint.
 fn run_all_commands(dir: &Path, name: &str, overrides: &[&str]) -> PathBuf {
     let exp = common::tiny_experiment(dir, name, overrides);
@@ -244,27 +267,7 @@ fn run_all_commands(dir: &Path, name: &str, overrides: &[&str]) -> PathBuf {
     }
     assert!(is_png(&out.join("attention_l01_h02.png")));
     assert!(is_png(&out.join("importance_first.png")));
-    let (code, text) = sinklab_output(
-        None,
-        &[
-            "dark",
-            &run,
-            "--bands",
-            "4",
-            "--k",
-            "1,3",
-            "--sequences",
-            "4",
-            "--probe-sequences",
-            "4",
-            "--probe-len",
-            "16",
-            "--out",
-            &o,
-            "--layer",
-            "1",
-        ],
-    );
+    let (code, text) = small_dark(&run, &o, &["--layer", "1"]);
     assert_eq!(code, 0, "{name} dark: {text}");
     let dj = read_json(&out.join("dark.json"));
     let filters = dj["filters"].as_array().unwrap();
@@ -357,28 +360,10 @@ fn analysis_commands_on_baseline_kv_bias_sink_token_and_sigmoid_checkpoints() {
     let run = run_all_commands(dir.path(), "base", &[]);
     // the non-default dark options: every block input at once, W_U with the final norm's gain
     let out = dir.path().join("base_dark_all");
-    let (code, text) = sinklab_output(
-        None,
-        &[
-            "dark",
-            &run.display().to_string(),
-            "--bands",
-            "4",
-            "--k",
-            "1,3",
-            "--sequences",
-            "4",
-            "--probe-sequences",
-            "4",
-            "--probe-len",
-            "16",
-            "--out",
-            &out.display().to_string(),
-            "--layer",
-            "all",
-            "--w-u",
-            "folded",
-        ],
+    let (code, text) = small_dark(
+        &run.display().to_string(),
+        &out.display().to_string(),
+        &["--layer", "all", "--w-u", "folded"],
     );
     assert_eq!(code, 0, "dark --layer all --w-u folded: {text}");
     let dj = read_json(&out.join("dark.json"));
