@@ -390,7 +390,7 @@ pub struct LayerArrays {
 }
 
 /// All sink metrics of one probe pass.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct SinkReport {
     /// ε → Sink_k^ε (percent) for k = 1..=k_max.
     pub sink_rate: BTreeMap<String, Vec<f64>>,

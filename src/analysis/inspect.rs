@@ -139,7 +139,7 @@ pub fn analyze(
     };
     let activations = activations(&natural, &mut out)?;
     lap("activations", log);
-    let qk = qk_section(&natural.qk, &mut out)?;
+    let qk = qk_section(&natural.layers.qk, &mut out)?;
     lap("q·k geometry", log);
     let bars = bars_section(run, o, &natural, bands.n_bands(), proxy, &mut out)?;
     lap("attention bars and dark ratios", log);
@@ -174,11 +174,18 @@ pub fn analyze(
     Ok(value)
 }
 
-/// What the rest of the analysis reads of the natural probe: its metrics and batch, and per
-/// layer what the sections need, reduced as each layer's arrays arrive.
+/// What the rest of the analysis reads of the natural probe: its metrics, its batch and what
+/// the sections need of every layer.
 struct Natural {
     report: SinkReport,
     batch: Batch,
+    layers: NaturalLayers,
+}
+
+/// Per layer, what the sections need of the natural probe, reduced as each layer's arrays
+/// arrive.
+#[derive(Default)]
+struct NaturalLayers {
     /// [layer][position] mean ‖h‖ of the block output.
     norms_by_position: Vec<Vec<f64>>,
     /// [layer] [`channel_stats`] of the block output.
@@ -192,24 +199,12 @@ struct Natural {
     dark: Vec<Vec<f64>>,
 }
 
-impl Natural {
-    fn new(report: SinkReport, batch: Batch) -> Self {
-        Natural {
-            report,
-            batch,
-            norms_by_position: Vec::new(),
-            channels: Vec::new(),
-            qk: Vec::new(),
-            bars: Vec::new(),
-            dark: Vec::new(),
-        }
-    }
-
-    /// Reduce one layer of the natural probe (block `l`'s input and probe arrays).
-    fn add_layer(
+impl NaturalLayers {
+    /// Reduce one layer of the natural probe (block `l`'s input and probe arrays for the probe
+    /// tokens `tokens`).
+    fn add(
         &mut self,
-        o: &AnalyzeOptions,
-        bands: &Bands,
+        (o, bands, tokens): (&AnalyzeOptions, &Bands, &[u32]),
         l: usize,
         x: &Array,
         la: &LayerArrays,
@@ -224,7 +219,7 @@ impl Natural {
         self.bars.extend(find_bars(
             &la.attn,
             l,
-            &self.batch.inputs,
+            tokens,
             o.bar_mean,
             o.bar_std,
             o.bar_min_queries,
@@ -278,10 +273,10 @@ fn probe_all_kinds(
         log(&format!("probe {name}: {} × {len}", batch.batch));
         let is_natural = name == "natural";
         let mut summaries = Vec::new();
-        let mut reduced = Natural::new(SinkReport::default(), batch);
+        let mut layers = NaturalLayers::default();
         probe_each(
             &run.model,
-            &reduced.batch.clone(),
+            &batch,
             chunk,
             proxy,
             &run.device,
@@ -290,7 +285,7 @@ fn probe_all_kinds(
             &mut |l, x, la| {
                 summaries.push(LayerSummary::of(&la, None));
                 if is_natural {
-                    reduced.add_layer(o, bands, l, &x, &la);
+                    layers.add((o, bands, &batch.inputs), l, &x, &la);
                 }
             },
         );
@@ -309,8 +304,11 @@ fn probe_all_kinds(
             });
         }
         if is_natural {
-            reduced.report = report;
-            natural = Some(reduced);
+            natural = Some(Natural {
+                report,
+                batch,
+                layers,
+            });
         }
     }
     if !series.is_empty() {
@@ -355,7 +353,7 @@ fn series(name: &str, points: Vec<(f64, f64)>) -> Series {
 /// and `activations.png`.
 fn activations(natural: &Natural, out: &mut Output) -> Result<Vec<LayerActivations>> {
     let report = &natural.report;
-    let by_pos = &natural.norms_by_position;
+    let by_pos = &natural.layers.norms_by_position;
     let n = by_pos.len();
     let png = plot::heatmap(&Heatmap {
         title: "mean ‖h‖ by layer output and position (natural text)",
@@ -388,6 +386,7 @@ fn activations(natural: &Natural, out: &mut Output) -> Result<Vec<LayerActivatio
     })?;
     out.png("activations.png", "analyze/activations", png)?;
     Ok(natural
+        .layers
         .channels
         .iter()
         .enumerate()
@@ -491,8 +490,8 @@ fn bars_section(
     let (report, batch, bars, dark) = (
         &natural.report,
         &natural.batch,
-        &natural.bars,
-        &natural.dark,
+        &natural.layers.bars,
+        &natural.layers.dark,
     );
     let dark_of = |l: usize, b: usize, t: usize| -> f64 { dark[l][b * batch.len + t] };
     let mut per_token: BTreeMap<u32, (usize, f64)> = BTreeMap::new();

@@ -425,9 +425,15 @@ fn a_sweep_runs_on_a_real_slurm_cluster_and_resumes_after_scancel() {
             .arg(w.join("sweeps/gone/slurm.sh")),
     );
 
+    // `sinklab sweep s.toml --submit --cpus-per-task 1`, with further arguments
+    let submit = |extra: &[&str]| {
+        let mut args = vec!["sweep", "s.toml", "--submit", "--cpus-per-task", "1"];
+        args.extend_from_slice(extra);
+        cluster.sinklab(w, &args)
+    };
     // 1. Submit: the array over both runs and the report after it.
     let t_submit = Instant::now();
-    let (code, out) = cluster.sinklab(w, &["sweep", "s.toml", "--submit", "--cpus-per-task", "1"]);
+    let (code, out) = submit(&[]);
     assert_eq!(code, 0, "{out}");
     assert!(
         out.contains("--partition=debug  (partition, from the sweep file)")
@@ -502,7 +508,7 @@ fn a_sweep_runs_on_a_real_slurm_cluster_and_resumes_after_scancel() {
 
     // 2. Submitting again skips everything: --submit submits nothing, and the script submitted
     // by hand runs tasks that skip their finished runs.
-    let (code, out) = cluster.sinklab(w, &["sweep", "s.toml", "--submit", "--cpus-per-task", "1"]);
+    let (code, out) = submit(&[]);
     assert_eq!(code, 0, "{out}");
     assert!(
         out.contains("has finished (2 runs); nothing submitted"),
@@ -527,18 +533,7 @@ fn a_sweep_runs_on_a_real_slurm_cluster_and_resumes_after_scancel() {
 
     // 3. A task cancelled mid-run (scancel: SIGTERM, SIGKILL after KillWait) checkpoints; the
     // next submission resumes it and it ends with the uninterrupted run's numbers.
-    let (code, out) = cluster.sinklab(
-        w,
-        &[
-            "sweep",
-            "s.toml",
-            "--submit",
-            "--cpus-per-task",
-            "1",
-            "--out-dir",
-            "cancel",
-        ],
-    );
+    let (code, out) = submit(&["--out-dir", "cancel"]);
     assert_eq!(code, 0, "{out}");
     let (array_c, report_c) = (
         job_id(&out, "submitted job array "),
@@ -592,18 +587,7 @@ fn a_sweep_runs_on_a_real_slurm_cluster_and_resumes_after_scancel() {
     );
     let md = std::fs::read_to_string(cdir.join("report.md")).unwrap();
     assert!(md.contains(&format!("`{}`: interrupted", runs[0])), "{md}");
-    let (code, out) = cluster.sinklab(
-        w,
-        &[
-            "sweep",
-            "s.toml",
-            "--submit",
-            "--cpus-per-task",
-            "1",
-            "--out-dir",
-            "cancel",
-        ],
-    );
+    let (code, out) = submit(&["--out-dir", "cancel"]);
     assert_eq!(code, 0, "{out}");
     assert!(
         out.contains("1 of 2 runs (1 finished, skipped), tasks 0;"),
