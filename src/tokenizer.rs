@@ -167,9 +167,9 @@ impl Tokenizer {
     }
 
     /// Train a byte-level BPE of `vocab_size` ids (specials included) on `texts`.
-    pub fn train_bpe<'a>(
+    pub fn train_bpe<S: AsRef<str> + Send>(
         vocab_size: usize,
-        texts: impl Iterator<Item = &'a str> + Send,
+        texts: impl Iterator<Item = S> + Send,
     ) -> Result<Self> {
         let mut tok = assemble(BPE::default());
         let trainer = BpeTrainerBuilder::new()

@@ -115,7 +115,14 @@ pub fn stream_eval(
                 .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
             tokens.extend(run.data.tokenizer.encode(&text)?);
         }
-        None => tokens.extend(run.data.domains.iter().flat_map(|d| d.val.iter().copied())),
+        None => {
+            // the validation streams, one after another, as far as needed
+            let val = crate::data::Tokens::concat(
+                &run.data.domains.iter().map(|d| &d.val).collect::<Vec<_>>(),
+            );
+            let n = o.tokens.saturating_sub(tokens.len()).min(val.len());
+            val.copy_to(0, n, &mut tokens);
+        }
     }
     tokens.truncate(o.tokens);
     if tokens.len() < 2 {

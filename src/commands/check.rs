@@ -62,7 +62,7 @@ fn preflight(exp: &crate::config::Experiment) -> Result<()> {
         ));
     }
     if exp.data.synthetic.is_none() {
-        crate::data::Corpus::check(&exp.data.corpus).map_err(|e| anyhow!("data.corpus: {e:#}"))?;
+        crate::data::check(&exp.data).map_err(|e| anyhow!("data: {e:#}"))?;
     }
     if let crate::config::TokenizerConfig::File { path, .. } = &exp.data.tokenizer {
         std::fs::metadata(path)

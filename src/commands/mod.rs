@@ -6,6 +6,7 @@ pub mod analyze;
 pub mod bench;
 pub mod check;
 pub mod dark;
+pub mod data;
 pub mod eval;
 pub mod export;
 pub mod generate;
@@ -57,6 +58,9 @@ pub enum Cmd {
     /// W_E/W_U tail removed), Φ_e,k (W_E bands 1..k) and a random-orthonormal-basis control,
     /// with ΔNLL and Sink1 for each. Writes dark.json and PNG plots.
     Dark(dark::Args),
+    /// Corpus preparation (`data prepare`: stream a corpus of any size into memory-mapped
+    /// token shards) and the batch loader's speed (`data bench`).
+    Data(data::Args),
     /// Import a pretrained model (a Hugging Face directory of the LLaMA family, GPT-2 or
     /// GPT-NeoX, or a llama GGUF file) as a run directory: resolved.toml, the model's
     /// tokenizer.json and step 0's checkpoint, ready for eval, analyze, dark, stream-eval,
@@ -102,6 +106,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Cmd::Eval(a) => eval::run(a),
         Cmd::Analyze(a) => analyze::run(a),
         Cmd::Dark(a) => dark::run(a),
+        Cmd::Data(a) => data::run(a),
         Cmd::Generate(a) => generate::run(a),
         Cmd::Import(a) => import::run(a),
         Cmd::Export(a) => export::run(a),

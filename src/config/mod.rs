@@ -18,6 +18,7 @@ mod schema;
 #[cfg(test)]
 mod tests;
 mod validate;
+mod validate_data;
 mod validate_skipless;
 
 pub use load::*;

@@ -7,6 +7,7 @@
 pub use super::attention::*;
 pub use super::model::*;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 /// The headline threshold of Sink₁ (Gu et al.: ε = 0.3 on T = 64 probes): the ε of the logged
@@ -120,6 +121,63 @@ pub struct DataConfig {
     /// A generated task instead of the text corpus (then `corpus` and `tokenizer` are not
     /// used and must stay at their defaults): `{ kind = "bigram_backcopy", ... }`.
     pub synthetic: Option<SyntheticConfig>,
+    /// A corpus on disk given as files, one table per domain (`[data.sources.web]`,
+    /// `[data.sources.code]`): text, JSONL or Parquet, compressed or not, streamed into
+    /// memory-mapped token shards. Replaces `corpus` (which must then stay unset).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub sources: BTreeMap<String, SourceConfig>,
+    /// What preparation does with bad input (a malformed JSON line, a missing text field,
+    /// invalid UTF-8, an empty file, a truncated compressed file, a Parquet file without the
+    /// column): "error" (default) stops with the file and line; "skip" counts it, reports it
+    /// and records it in the manifest.
+    pub bad_input: BadInput,
+}
+
+/// `data.bad_input`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BadInput {
+    #[default]
+    Error,
+    Skip,
+}
+
+/// `data.sources.NAME.format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SourceFormat {
+    /// By extension: .txt, .jsonl/.json/.ndjson, .parquet; text and JSONL may end in .gz/.zst.
+    #[default]
+    Auto,
+    /// Plain text, documents separated by a line `<|doc|>`.
+    Text,
+    /// One JSON object per line, the document in `text_field`.
+    Jsonl,
+    /// A Parquet file, the document in column `text_field`.
+    Parquet,
+}
+
+/// `[data.sources.NAME]`: the files of one domain.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SourceConfig {
+    /// Files, directories (every file under them, recursively, in name order) or glob
+    /// patterns ("data/web/*.jsonl.zst"), relative to the current directory. Read in the
+    /// order given, each pattern's matches in name order.
+    pub files: Vec<String>,
+    pub format: SourceFormat,
+    /// JSONL: the field holding the document; Parquet: the column.
+    pub text_field: String,
+}
+
+impl Default for SourceConfig {
+    fn default() -> Self {
+        Self {
+            files: vec![],
+            format: SourceFormat::Auto,
+            text_field: "text".into(),
+        }
+    }
 }
 
 /// `data.synthetic`: a generated task.
@@ -217,6 +275,8 @@ impl Default for DataConfig {
             fixed_token: None,
             cache_dir: "runs/_cache".into(),
             synthetic: None,
+            sources: BTreeMap::new(),
+            bad_input: BadInput::Error,
         }
     }
 }
@@ -236,8 +296,14 @@ pub struct FixedToken {
 pub enum TokenizerConfig {
     /// Raw UTF-8 bytes: 256 ids plus the 2 special tokens (vocabulary 258).
     Byte {},
-    /// Byte-level BPE trained on the training split with the `tokenizers` crate.
-    Bpe { vocab_size: usize },
+    /// Byte-level BPE trained with the `tokenizers` crate on the training split, or on a
+    /// sample of it: the first `sample_bytes` bytes of text, split evenly over the domains
+    /// (each domain's share taken from its start, which must lie in its training split).
+    Bpe {
+        vocab_size: usize,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        sample_bytes: Option<u64>,
+    },
     /// A `tokenizer.json` used as it is (a pretrained model's; `sinklab import` writes it into
     /// the run directory). `bos` and `eot` name its begin-of-sequence and end-of-document
     /// tokens; every special token of the file is kept out of random probes.
@@ -254,7 +320,7 @@ impl TokenizerConfig {
     pub fn requested_vocab(&self) -> anyhow::Result<usize> {
         Ok(match self {
             TokenizerConfig::Byte {} => crate::tokenizer::BYTE_VOCAB,
-            TokenizerConfig::Bpe { vocab_size } => *vocab_size,
+            TokenizerConfig::Bpe { vocab_size, .. } => *vocab_size,
             TokenizerConfig::File { path, bos, eot } => {
                 crate::tokenizer::Tokenizer::load_named(path, bos, eot)?.vocab_size()
             }
@@ -264,7 +330,10 @@ impl TokenizerConfig {
 
 impl Default for TokenizerConfig {
     fn default() -> Self {
-        TokenizerConfig::Bpe { vocab_size: 2048 }
+        TokenizerConfig::Bpe {
+            vocab_size: 2048,
+            sample_bytes: None,
+        }
     }
 }
 

@@ -259,6 +259,7 @@ impl Experiment {
         }
         self.validate_attention(&mut bad, dh);
         self.validate_skipless(&mut bad);
+        self.validate_data_sources(&mut bad);
 
         // data
         if !(d.val_fraction > 0.0 && d.val_fraction < 0.5) {
@@ -267,7 +268,7 @@ impl Experiment {
                 format!("found {}, expected a number in (0, 0.5)", d.val_fraction),
             );
         }
-        if let TokenizerConfig::Bpe { vocab_size } = d.tokenizer
+        if let TokenizerConfig::Bpe { vocab_size, .. } = d.tokenizer
             && !(260..=65535).contains(&vocab_size)
         {
             bad(

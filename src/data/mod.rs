@@ -1,32 +1,36 @@
 //! Data: corpora, token shards, splits and the deterministic sampler.
 //!
-//! A corpus is a directory with `manifest.json` and one UTF-8 text file per domain, documents
-//! separated by a line `<|doc|>` (format in `datasets/README.md`). `"embedded"` names the
-//! public-domain corpus compiled into the binary (`datasets/embedded`).
+//! A corpus is `"embedded"` (the public-domain corpus compiled into the binary,
+//! `datasets/embedded`), a directory with `manifest.json` and one UTF-8 text file per domain,
+//! documents separated by a line `<|doc|>` (format in `datasets/README.md`), or files on disk
+//! per domain (`[data.sources.NAME]`: text, JSONL, Parquet, gzip/zstd; [`source`]).
 //!
-//! Preparation (cached under `data.cache_dir/<key>/`, the key hashing everything that
-//! determines the result): train or build the tokenizer on the training split, tokenize every
-//! document followed by `<|endoftext|>`, and hold out the last `val_fraction` of each domain's
-//! token stream for validation. Shards are little-endian `u32` files.
+//! Preparation ([`prepare`]) streams the corpus into memory-mapped `u16`/`u32` token shards
+//! with a manifest, cached under `data.cache_dir/NAME-KEY/`; each domain's stream is its
+//! documents, each followed by `<|endoftext|>`, the last `val_fraction` held out for
+//! validation.
 //!
 //! Sampling is a pure function of (seed, step, micro-batch index): a killed run that resumes at
 //! step s reads exactly the batches the uninterrupted run read.
 
-use crate::config::{DataConfig, TokenizerConfig};
+use crate::config::DataConfig;
 use crate::tokenizer::{RegularIds, Tokenizer};
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Result, anyhow, bail};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
+mod prepare;
+mod source;
 pub mod synthetic;
 mod text;
+mod tokens;
 
+pub use prepare::{BATCH_BYTES, DomainManifest, Manifest, Shard, check, read_manifest};
+pub use source::FileRead;
 pub use synthetic::{BbTask, query_groups, split_targets};
 pub use text::text_batch;
+pub use tokens::{Tokens, Width};
 
 pub const DOC_SEPARATOR: &str = "<|doc|>";
 
@@ -49,130 +53,6 @@ pub fn embedded_text(name: &str) -> &'static str {
 
 const EMBEDDED_MANIFEST: &str = include_str!("../../datasets/embedded/manifest.json");
 
-/// A loaded corpus: domains in name order, each a list of documents.
-pub struct Corpus {
-    pub name: String,
-    pub domains: BTreeMap<String, Vec<String>>,
-    /// sha256 over domain names and contents.
-    pub digest: String,
-}
-
-#[derive(Deserialize)]
-struct Manifest {
-    name: String,
-    domains: BTreeMap<String, ManifestDomain>,
-}
-
-#[derive(Deserialize)]
-struct ManifestDomain {
-    file: String,
-}
-
-fn split_documents(text: &str) -> Vec<String> {
-    let mut docs = Vec::new();
-    let mut cur = String::new();
-    for line in text.split_inclusive('\n') {
-        if line.trim_end_matches(['\n', '\r']) == DOC_SEPARATOR {
-            if !cur.trim().is_empty() {
-                docs.push(std::mem::take(&mut cur));
-            }
-            cur.clear();
-        } else {
-            cur.push_str(line);
-        }
-    }
-    if !cur.trim().is_empty() {
-        docs.push(cur);
-    }
-    docs
-}
-
-impl Corpus {
-    fn from_texts(name: &str, texts: Vec<(String, String)>) -> Self {
-        let mut h = Sha256::new();
-        let mut domains = BTreeMap::new();
-        for (domain, text) in texts {
-            h.update(domain.as_bytes());
-            h.update([0u8]);
-            h.update(text.as_bytes());
-            h.update([0u8]);
-            domains.insert(domain, split_documents(&text));
-        }
-        Corpus {
-            name: name.into(),
-            domains,
-            digest: hex(&h.finalize()),
-        }
-    }
-
-    pub fn embedded() -> Self {
-        let manifest: Manifest =
-            serde_json::from_str(EMBEDDED_MANIFEST).expect("embedded manifest is valid JSON");
-        let texts = EMBEDDED
-            .iter()
-            .map(|(d, t)| {
-                assert!(
-                    manifest.domains.contains_key(*d),
-                    "embedded domain {d} in manifest"
-                );
-                (d.to_string(), t.to_string())
-            })
-            .collect();
-        Self::from_texts("embedded", texts)
-    }
-
-    /// Check that `spec` names a readable corpus (its manifest and every domain file), without
-    /// reading the texts.
-    pub fn check(spec: &str) -> Result<()> {
-        if spec == "embedded" {
-            return Ok(());
-        }
-        let dir = PathBuf::from(spec);
-        let mpath = dir.join("manifest.json");
-        let text = std::fs::read_to_string(&mpath).with_context(|| {
-            format!(
-                "{spec:?}: cannot read {}; expected \"embedded\" or a corpus directory built by \
-                 `python3 scripts/build_corpus.py`",
-                mpath.display()
-            )
-        })?;
-        let manifest: Manifest = serde_json::from_str(&text)
-            .with_context(|| format!("{}: not a sinklab corpus manifest", mpath.display()))?;
-        for (domain, d) in &manifest.domains {
-            let p = dir.join(&d.file);
-            std::fs::File::open(&p)
-                .with_context(|| format!("corpus domain {domain}: cannot open {}", p.display()))?;
-        }
-        Ok(())
-    }
-
-    /// Load `"embedded"` or a corpus directory.
-    pub fn load(spec: &str) -> Result<Self> {
-        if spec == "embedded" {
-            return Ok(Self::embedded());
-        }
-        let dir = PathBuf::from(spec);
-        let mpath = dir.join("manifest.json");
-        let text = std::fs::read_to_string(&mpath).with_context(|| {
-            format!(
-                "data.corpus = {spec:?}: cannot read {}; expected \"embedded\" or a corpus directory \
-                 built by `python3 scripts/build_corpus.py`",
-                mpath.display()
-            )
-        })?;
-        let manifest: Manifest = serde_json::from_str(&text)
-            .with_context(|| format!("{}: not a sinklab corpus manifest", mpath.display()))?;
-        let mut texts = Vec::new();
-        for (domain, d) in &manifest.domains {
-            let p = dir.join(&d.file);
-            let t = std::fs::read_to_string(&p)
-                .with_context(|| format!("corpus domain {domain}: reading {}", p.display()))?;
-            texts.push((domain.clone(), t));
-        }
-        Ok(Self::from_texts(&manifest.name, texts))
-    }
-}
-
 pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -180,8 +60,8 @@ pub fn hex(bytes: &[u8]) -> String {
 /// One domain's token streams.
 pub struct Domain {
     pub name: String,
-    pub train: Vec<u32>,
-    pub val: Vec<u32>,
+    pub train: Tokens,
+    pub val: Tokens,
     /// Generated data: the streams are independent records of this many tokens, and every
     /// window starts at a record's start. Text: `None` (a window may start anywhere).
     pub record: Option<usize>,
@@ -195,192 +75,10 @@ pub struct Dataset {
     pub dir: PathBuf,
 }
 
-#[derive(Serialize, Deserialize, PartialEq, Debug)]
-struct PreparedMeta {
-    corpus: String,
-    corpus_digest: String,
-    tokenizer: TokenizerConfig,
-    val_fraction: f64,
-    vocab_size: usize,
-    domains: Vec<(String, usize, usize)>,
-}
-
-fn write_u32s(path: &Path, xs: &[u32]) -> Result<()> {
-    let mut bytes = Vec::with_capacity(xs.len() * 4);
-    for x in xs {
-        bytes.extend_from_slice(&x.to_le_bytes());
-    }
-    crate::checkpoint::write_atomic(path, &bytes)
-}
-
-fn read_u32s(path: &Path) -> Result<Vec<u32>> {
-    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    if bytes.len() % 4 != 0 {
-        bail!("{}: size is not a multiple of 4", path.display());
-    }
-    Ok(bytes
-        .chunks_exact(4)
-        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect())
-}
-
 impl Dataset {
-    /// Tokenize and split the configured corpus, reusing the cache when it matches.
-    pub fn prepare(cfg: &DataConfig, log: &mut dyn FnMut(&str)) -> Result<Self> {
-        if let Some(task) = &cfg.synthetic {
-            return synthetic::dataset(cfg, task, log);
-        }
-        let corpus = Corpus::load(&cfg.corpus)?;
-        // A tokenizer file counts by its content, not its path.
-        let tok_key = match &cfg.tokenizer {
-            TokenizerConfig::File { path, bos, eot } => {
-                let bytes = std::fs::read(path)
-                    .with_context(|| format!("data.tokenizer.path: reading {}", path.display()))?;
-                format!("file {} {bos:?} {eot:?}", hex(&Sha256::digest(&bytes)))
-            }
-            other => format!("{other:?}"),
-        };
-        let key_src = format!("v1|{}|{tok_key}|{}", corpus.digest, cfg.val_fraction);
-        let key = hex(&Sha256::digest(key_src.as_bytes()))[..16].to_string();
-        let dir = cfg.cache_dir.join(format!("{}-{key}", corpus.name));
-        let meta_path = dir.join("meta.json");
-        if meta_path.exists() {
-            let meta: PreparedMeta = serde_json::from_str(&std::fs::read_to_string(&meta_path)?)
-                .with_context(|| format!("{}: corrupt cache metadata", meta_path.display()))?;
-            let tokenizer = match &cfg.tokenizer {
-                TokenizerConfig::File { bos, eot, .. } => {
-                    Tokenizer::load_named(&dir.join("tokenizer.json"), bos, eot)?
-                }
-                _ => Tokenizer::load(&dir.join("tokenizer.json"))?,
-            };
-            let mut domains = Vec::new();
-            for (name, ntrain, nval) in &meta.domains {
-                let train = read_u32s(&dir.join(format!("{name}.train.u32")))?;
-                let val = read_u32s(&dir.join(format!("{name}.val.u32")))?;
-                if train.len() != *ntrain || val.len() != *nval {
-                    bail!(
-                        "{}: shard sizes disagree with meta.json; delete the directory to rebuild",
-                        dir.display()
-                    );
-                }
-                domains.push(Domain {
-                    name: name.clone(),
-                    train,
-                    val,
-                    record: None,
-                });
-            }
-            log(&format!("data: using cached shards {}", dir.display()));
-            return Ok(Self {
-                tokenizer,
-                domains,
-                dir,
-            });
-        }
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        // Split each domain's documents so that the tokenizer only sees training text: the
-        // validation split is the tail of each domain by characters, cut at a document or line
-        // boundary, matched to the token-level split below.
-        let tokenizer = match &cfg.tokenizer {
-            TokenizerConfig::Byte {} => Tokenizer::byte()?,
-            TokenizerConfig::File { path, bos, eot } => Tokenizer::load_named(path, bos, eot)?,
-            TokenizerConfig::Bpe { vocab_size } => {
-                log(&format!(
-                    "data: training byte-level BPE, vocab {vocab_size}"
-                ));
-                let train_texts: Vec<&str> = corpus
-                    .domains
-                    .values()
-                    .flat_map(|docs| {
-                        let total: usize = docs.iter().map(String::len).sum();
-                        let keep = ((1.0 - cfg.val_fraction) * total as f64) as usize;
-                        let mut seen = 0usize;
-                        docs.iter().filter_map(move |d| {
-                            let start = seen;
-                            seen += d.len();
-                            if start >= keep {
-                                None
-                            } else if seen <= keep {
-                                Some(d.as_str())
-                            } else {
-                                let cut = floor_char_boundary(d, keep - start);
-                                Some(&d[..cut])
-                            }
-                        })
-                    })
-                    .collect();
-                let tok = Tokenizer::train_bpe(*vocab_size, train_texts.into_iter())?;
-                if tok.vocab_size() < *vocab_size {
-                    bail!(
-                        "data.tokenizer.vocab_size = {vocab_size}: the training split of corpus {:?} \
-                         yields only {} ids (every pair seen twice is merged); lower the vocabulary to \
-                         at most {} or use a larger corpus",
-                        cfg.corpus,
-                        tok.vocab_size(),
-                        tok.vocab_size()
-                    );
-                }
-                tok
-            }
-        };
-        let mut domains = Vec::new();
-        for (name, docs) in &corpus.domains {
-            let mut stream = Vec::new();
-            for d in docs {
-                stream.extend(tokenizer.encode(d)?);
-                stream.push(tokenizer.eot_id);
-            }
-            let nval = ((stream.len() as f64) * cfg.val_fraction).ceil() as usize;
-            let val = stream.split_off(stream.len() - nval);
-            log(&format!(
-                "data: domain {name}: {} train / {} val tokens",
-                stream.len(),
-                val.len()
-            ));
-            domains.push(Domain {
-                name: name.clone(),
-                train: stream,
-                val,
-                record: None,
-            });
-        }
-        tokenizer.save(&dir.join("tokenizer.json"))?;
-        for d in &domains {
-            write_u32s(&dir.join(format!("{}.train.u32", d.name)), &d.train)?;
-            write_u32s(&dir.join(format!("{}.val.u32", d.name)), &d.val)?;
-        }
-        let meta = PreparedMeta {
-            corpus: corpus.name.clone(),
-            corpus_digest: corpus.digest.clone(),
-            tokenizer: cfg.tokenizer.clone(),
-            val_fraction: cfg.val_fraction,
-            vocab_size: tokenizer.vocab_size(),
-            domains: domains
-                .iter()
-                .map(|d| (d.name.clone(), d.train.len(), d.val.len()))
-                .collect(),
-        };
-        crate::checkpoint::write_atomic(
-            &meta_path,
-            serde_json::to_string_pretty(&meta)?.as_bytes(),
-        )?;
-        Ok(Self {
-            tokenizer,
-            domains,
-            dir,
-        })
-    }
-
     pub fn vocab_size(&self) -> usize {
         self.tokenizer.vocab_size()
     }
-}
-
-fn floor_char_boundary(s: &str, mut i: usize) -> usize {
-    while i > 0 && !s.is_char_boundary(i) {
-        i -= 1;
-    }
-    i
 }
 
 /// A batch of token ids, row-major `[batch, len]`, with per-target loss weights.
@@ -448,7 +146,19 @@ impl Sampler {
         for (d, w) in data.domains.iter().zip(&weights) {
             let limit = match cfg.token_budget {
                 None => d.train.len(),
-                Some(b) => ((b as f64 * w / total).floor() as usize).min(d.train.len()),
+                Some(b) => {
+                    let share = (b as f64 * w / total).floor() as usize;
+                    if share > d.train.len() {
+                        bail!(
+                            "`data.token_budget` = {b} asks domain {} for {share} training tokens; \
+                             it has {} (never silently fewer): lower the budget, change \
+                             `data.mixture`, or add data",
+                            d.name,
+                            d.train.len()
+                        );
+                    }
+                    share
+                }
             };
             if let Some(r) = d.record
                 && (need > r || (*w > 0.0 && limit < r))
@@ -528,13 +238,12 @@ impl Sampler {
                 None => rng.gen_range(0..=self.limits[d] - need),
                 Some(r) => rng.gen_range(0..self.limits[d] / r) * r,
             };
-            let window = &data.domains[d].train[start..start + need];
             // The full sequence s of length t+1: inputs s[0..t], targets s[1..t+1].
             let mut seq: Vec<u32> = Vec::with_capacity(t + 1);
             if let Some(b) = self.bos {
                 seq.push(b);
             }
-            seq.extend_from_slice(window);
+            data.domains[d].train.copy_to(start, need, &mut seq);
             let mut ignore = vec![false; t + 1];
             for &p in &self.random_positions {
                 seq[p - 1] = self.regular.draw(&mut rng);
@@ -608,11 +317,7 @@ pub fn ignore_first_targets(b: &mut Batch, n: usize) {
 /// Fixed validation sequences: `n` windows evenly spaced over the concatenated validation
 /// streams (BOS prepended when `bos`), `len` inputs each with their next-token targets.
 pub fn validation_batch(data: &Dataset, n: usize, len: usize, bos: bool) -> Result<Batch> {
-    let stream: Vec<u32> = data
-        .domains
-        .iter()
-        .flat_map(|d| d.val.iter().copied())
-        .collect();
+    let stream = Tokens::concat(&data.domains.iter().map(|d| &d.val).collect::<Vec<_>>());
     let need = if bos { len } else { len + 1 };
     if stream.len() < need {
         return Err(anyhow!(
@@ -651,7 +356,7 @@ pub fn validation_batch(data: &Dataset, n: usize, len: usize, bos: bool) -> Resu
         if bos {
             seq.push(data.tokenizer.bos_id);
         }
-        seq.extend_from_slice(&stream[start..start + need]);
+        stream.copy_to(start, need, &mut seq);
         out.inputs.extend_from_slice(&seq[..len]);
         out.targets.extend_from_slice(&seq[1..]);
         out.loss_mask.extend(std::iter::repeat_n(1.0, len));

@@ -306,8 +306,8 @@ pub fn dataset(
         tokenizer,
         domains: vec![Domain {
             name: "bigram_backcopy".into(),
-            train,
-            val,
+            train: train.into(),
+            val: val.into(),
             record: Some(length),
         }],
         dir,

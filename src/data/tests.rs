@@ -8,14 +8,26 @@ fn toy_dataset() -> Dataset {
     let domains = vec![
         Domain {
             name: "a".into(),
-            train: (0..1000).map(|i| 10 + (i % 50)).collect(),
-            val: (0..300).map(|i| 100 + (i % 20)).collect(),
+            train: (0..1000)
+                .map(|i| 10 + (i % 50))
+                .collect::<Vec<u32>>()
+                .into(),
+            val: (0..300)
+                .map(|i| 100 + (i % 20))
+                .collect::<Vec<u32>>()
+                .into(),
             record: None,
         },
         Domain {
             name: "b".into(),
-            train: (0..4000).map(|i| 200 + (i % 40)).collect(),
-            val: (0..300).map(|i| 150 + (i % 20)).collect(),
+            train: (0..4000)
+                .map(|i| 200 + (i % 40))
+                .collect::<Vec<u32>>()
+                .into(),
+            val: (0..300)
+                .map(|i| 150 + (i % 20))
+                .collect::<Vec<u32>>()
+                .into(),
             record: None,
         },
     ];
@@ -28,8 +40,16 @@ fn toy_dataset() -> Dataset {
 
 #[test]
 fn documents_split_on_separator_lines() {
-    let docs = split_documents("one\ntwo\n<|doc|>\nthree\n<|doc|>\n\n");
+    let f = source::SourceFile::embedded("t", "one\ntwo\n<|doc|>\nthree\n<|doc|>\n\n");
+    let mut docs = Vec::new();
+    let read = f
+        .read("", crate::config::BadInput::Error, &|_| {}, &mut |d| {
+            docs.push(d);
+            Ok(())
+        })
+        .unwrap();
     assert_eq!(docs, vec!["one\ntwo\n".to_string(), "three\n".to_string()]);
+    assert_eq!((read.documents, read.text_bytes), (2, 14));
 }
 
 #[test]
@@ -127,6 +147,13 @@ fn bos_fixed_and_random_tokens() {
                 .all(|&t| t < 60 || t == data.tokenizer.bos_id)
         );
     }
+    // A budget the domain cannot fill is refused with the counts, never silently smaller.
+    cfg.token_budget = Some(1001);
+    let err = Sampler::new(&data, &cfg, 8, 1).err().unwrap().to_string();
+    assert!(
+        err.contains("asks domain a for 1001 training tokens; it has 1000"),
+        "{err}"
+    );
 }
 
 #[test]

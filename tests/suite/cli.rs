@@ -150,6 +150,7 @@ fn help_names_every_command() {
             "eval",
             "analyze",
             "dark",
+            "data",
             "import",
             "export",
             "generate",

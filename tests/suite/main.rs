@@ -5,6 +5,7 @@ mod common;
 
 mod analysis;
 mod cli;
+mod data_prepare;
 mod decoding;
 mod interop;
 mod layout;

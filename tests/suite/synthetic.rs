@@ -219,7 +219,7 @@ fn the_shakespeare_character_chain_matches_numpy_and_keeps_the_papers_triggers()
     let data = Dataset::prepare(&exp.data, &mut |_| {}).unwrap();
     assert_eq!(data.vocab_size(), 90);
     assert_eq!(data.tokenizer.encode("␣ e t").unwrap(), vec![2, 3, 4]);
-    let train = &data.domains[0].train;
+    let train = data.domains[0].train.to_vec();
     let copies = train
         .chunks_exact(65)
         .flat_map(|r| r.windows(3))

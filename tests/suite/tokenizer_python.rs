@@ -11,7 +11,10 @@ use sinklab::tokenizer::Tokenizer;
 fn saved_tokenizers_give_identical_ids_in_python() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = DataConfig {
-        tokenizer: TokenizerConfig::Bpe { vocab_size: 1000 },
+        tokenizer: TokenizerConfig::Bpe {
+            vocab_size: 1000,
+            sample_bytes: None,
+        },
         cache_dir: dir.path().join("cache"),
         ..DataConfig::default()
     };
