@@ -112,10 +112,13 @@ fn prepare(exp: crate::config::Experiment) -> Result<()> {
         bytes as f64 / 1e6 / m.seconds,
         source as f64 / 1e6 / m.seconds,
         tokens as f64 / m.seconds,
-        if secs < 0.5 * m.seconds {
-            format!(" (earlier; opened now in {secs:.2} s)")
-        } else {
-            String::new()
+        match (secs < 0.5 * m.seconds, m.resumed_shards) {
+            (true, _) => format!(" (earlier; opened now in {secs:.2} s)"),
+            (false, 0) => String::new(),
+            (false, k) => format!(
+                " (resumed: {k} shards were finished before the interruption, so these rates \
+                 overstate the throughput)"
+            ),
         }
     );
     Ok(())

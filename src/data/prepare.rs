@@ -67,6 +67,9 @@ pub struct Manifest {
     pub domains: Vec<DomainManifest>,
     /// Wall-clock seconds of the preparation that completed the directory.
     pub seconds: f64,
+    /// Shards an interrupted preparation had finished and this one kept (0: one go).
+    #[serde(default)]
+    pub resumed_shards: usize,
 }
 
 #[derive(Serialize, Deserialize, Debug)]
@@ -412,7 +415,7 @@ fn build(cfg: &DataConfig, plan: &Plan, dir: &Path, log: &mut dyn FnMut(&str)) -
         .map(|f| f.size)
         .sum();
     let bar = progress(total, "tokenizing");
-    let mut domains = Vec::new();
+    let (mut domains, mut resumed_shards) = (Vec::new(), 0);
     for d in &plan.domains {
         std::fs::create_dir_all(dir.join(&d.name))?;
         let mut shards = Vec::new();
@@ -421,6 +424,7 @@ fn build(cfg: &DataConfig, plan: &Plan, dir: &Path, log: &mut dyn FnMut(&str)) -
             let index = dir.join(format!("{}/{i:05}.json", d.name));
             if let Some(s) = finished_shard(dir, &index, &file, f, width) {
                 bar.inc(f.size);
+                resumed_shards += 1;
                 shards.push(s);
                 continue;
             }
@@ -475,6 +479,7 @@ fn build(cfg: &DataConfig, plan: &Plan, dir: &Path, log: &mut dyn FnMut(&str)) -
         bad_input: cfg.bad_input,
         domains,
         seconds: t0.elapsed().as_secs_f64(),
+        resumed_shards,
     };
     crate::checkpoint::write_atomic(
         &dir.join("manifest.json"),

@@ -356,6 +356,13 @@ fn an_interrupted_preparation_resumes_to_the_same_shards() {
     assert!(!p.join("web/.00002.u16.tmp4242").exists());
     let again = read_json(&p.join("manifest.json"));
     assert_eq!(again["domains"], manifest["domains"]);
+    assert_eq!(
+        (
+            manifest["resumed_shards"].as_u64(),
+            again["resumed_shards"].as_u64()
+        ),
+        (Some(0), Some(2))
+    );
 }
 
 #[test]
