@@ -22,7 +22,10 @@ Models (`--models`, comma-separated):
                  9 / 3 KV heads, SwiGLU 1536, tied 49,152 vocabulary, RoPE base 1e5), ctx 512,
                  2 sequences per step
 `--mode forward` times inference instead (no gradients, logits of the whole batch): sinklab's
-side is `sinklab bench --forward`.
+side is `sinklab bench --forward` (the path of eval and analyze). `--mode decode` times cached
+decoding of one stream of `--decode` tokens (batch 1, dense KV cache, every step's logits read
+back): sinklab's side is `sinklab bench --decode N` (the path of stream-eval and generate);
+torch.compile is not offered there (one token per call recompiles per cache length).
 
 Prints a Markdown table; `--json FILE` also writes every round.
 """
@@ -79,7 +82,8 @@ def main():
     ap.add_argument("--models", default="natural_text,smollm2_shape")
     ap.add_argument("--variants", default="eager,sdpa,compile")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--mode", choices=["train", "forward"], default="train")
+    ap.add_argument("--mode", choices=["train", "forward", "decode"], default="train")
+    ap.add_argument("--decode", type=int, default=256, help="tokens per stream (--mode decode)")
     ap.add_argument("--json", default=None, help="write every round here")
     args = ap.parse_args()
     if not os.access(args.sinklab, os.X_OK):
@@ -96,12 +100,15 @@ def main():
                    "--rounds", "1", "--json"]
             if args.mode == "forward":
                 cmd.append("--forward")
+            if args.mode == "decode":
+                cmd += ["--decode", str(args.decode)]
             s = run_json(cmd)
             results[m]["sinklab"].append(s)
             print(f"round {r + 1} {m}: sinklab {s['median_tokens_per_s']:,.0f} tokens/s", file=sys.stderr)
             for v in variants:
                 t = run_json([sys.executable, "scripts/bench_torch.py", *spec["torch"], *VARIANTS[v],
-                              "--mode", args.mode, "--warmup", warmup, "--steps", steps,
+                              "--mode", args.mode, "--decode", str(args.decode),
+                              "--warmup", warmup, "--steps", steps,
                               "--rounds", "1", "--json"])
                 results[m][v].append(t)
                 print(f"round {r + 1} {m}: torch {v} {t['median_tokens_per_s']:,.0f} tokens/s "

@@ -105,6 +105,26 @@ class Attention(nn.Module):
         self.wv = nn.Linear(d, self.kv * self.dh, bias=False)
         self.wo = nn.Linear(d, d, bias=False)
 
+    def decode(self, x, cos, sin, cache, pos):
+        """One new token x (1, 1, d) at position `pos`; cache = [K, V] of (1, kv, ctx, dh),
+        filled up to pos (keys stored after RoPE, as HF's cache does)."""
+        q = self.wq(x).view(1, 1, self.h, self.dh).transpose(1, 2)
+        k = self.wk(x).view(1, 1, self.kv, self.dh).transpose(1, 2)
+        v = self.wv(x).view(1, 1, self.kv, self.dh).transpose(1, 2)
+        q, k = apply_rope(q, cos[pos:pos + 1], sin[pos:pos + 1]), apply_rope(k, cos[pos:pos + 1], sin[pos:pos + 1])
+        cache[0][:, :, pos:pos + 1] = k
+        cache[1][:, :, pos:pos + 1] = v
+        k, v = cache[0][:, :, :pos + 1], cache[1][:, :, :pos + 1]
+        if self.kv != self.h:
+            k = k.repeat_interleave(self.h // self.kv, dim=1)
+            v = v.repeat_interleave(self.h // self.kv, dim=1)
+        if self.impl == "sdpa":
+            o = F.scaled_dot_product_attention(q, k, v)
+        else:
+            a = torch.softmax((q @ k.transpose(-2, -1)) / math.sqrt(self.dh), dim=-1)
+            o = a @ v
+        return self.wo(o.transpose(1, 2).reshape(1, 1, self.h * self.dh))
+
     def forward(self, x, cos, sin, causal):
         B, T, d = x.shape
         q = self.wq(x).view(B, T, self.h, self.dh).transpose(1, 2)
@@ -145,6 +165,10 @@ class Block(nn.Module):
         x = x + self.attn(self.norm1(x), cos, sin, causal)
         return x + self.mlp(self.norm2(x))
 
+    def decode(self, x, cos, sin, cache, pos):
+        x = x + self.attn.decode(self.norm1(x), cos, sin, cache, pos)
+        return x + self.mlp(self.norm2(x))
+
 
 class LM(nn.Module):
     def __init__(self, vocab, d, n_layers, n_heads, ffn, ctx, attn_impl, kv_heads=None,
@@ -166,6 +190,20 @@ class LM(nn.Module):
                 nn.init.normal_(m.weight, 0.0, std)
         if tied:
             self.head.weight = self.embed.weight
+
+    def decode(self, tokens):
+        """Feed tokens (n,) one at a time through a dense KV cache (batch 1); the last logits."""
+        kv = self.blocks[0].attn.kv
+        dh = self.cos.shape[1]
+        caches = [[torch.empty(1, kv, len(tokens), dh), torch.empty(1, kv, len(tokens), dh)]
+                  for _ in self.blocks]
+        for pos, tok in enumerate(tokens.tolist()):
+            x = self.embed(torch.tensor([[tok]]))
+            for blk, cache in zip(self.blocks, caches):
+                x = blk.decode(x, self.cos, self.sin, cache, pos)
+            logits = self.head(self.norm_f(x))
+            logits[0, 0, 0].item()  # read back, as stream-eval reads every step's logits
+        return logits
 
     def forward(self, tokens):
         T = tokens.shape[1]
@@ -229,8 +267,10 @@ def main():
                     help="torch.compile the model (forward and backward through inductor)")
     ap.add_argument("--optimizer", choices=["foreach", "fused"], default=None,
                     help="AdamW implementation (default: foreach in eager, fused with --compile)")
-    ap.add_argument("--mode", choices=["train", "forward"], default="train",
-                    help="train: a full training step; forward: inference (no grad), logits")
+    ap.add_argument("--mode", choices=["train", "forward", "decode"], default="train",
+                    help="train: a full training step; forward: inference (no grad), logits; "
+                         "decode: one stream of --decode tokens fed one at a time through a KV cache")
+    ap.add_argument("--decode", type=int, default=256, help="tokens per decoded stream (--mode decode)")
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--wd", type=float, default=0.1)
     ap.add_argument("--attn", choices=["manual", "sdpa"], default="manual")
@@ -257,7 +297,12 @@ def main():
     batch = torch.randint(2, V, (B, T + 1), generator=gen)
     inputs, targets = batch[:, :-1].contiguous(), batch[:, 1:].contiguous()
 
+    stream = batch[0, :args.decode].contiguous()
+
     def step():
+        if args.mode == "decode":
+            with torch.inference_mode():
+                return run.decode(stream)[0, -1, 0].item()
         if args.mode == "forward":
             with torch.inference_mode():
                 return run(inputs)[0, -1, 0].item()
@@ -281,7 +326,8 @@ def main():
         for _ in range(args.steps):
             last_loss = step()
         wall = time.perf_counter() - t0
-        rounds.append(B * T * args.steps / wall)
+        per_step = args.decode if args.mode == "decode" else B * T
+        rounds.append(per_step * args.steps / wall)
         busy1, steal1 = cpu_ticks()
         own = sum(os.times()[:2]) - own0
         # cores kept busy by other processes (and stolen by the hypervisor) during the round
@@ -293,7 +339,8 @@ def main():
     n_nonemb = n_params - model.embed.weight.numel() + (V * d if args.tied else 0)
     # a training step is 3 forward passes' worth (forward, and backward for inputs and weights)
     passes = 3.0 if args.mode == "train" else 1.0
-    flops_per_token = passes * (2.0 * n_nonemb + 4.0 * L * T * d)
+    attn_len = (args.decode + 1) / 2.0 if args.mode == "decode" else T  # decode: mean cache length
+    flops_per_token = passes * (2.0 * n_nonemb + 4.0 * L * attn_len * d)
     achieved = median * flops_per_token / 1e9
     peak, peak_source = (args.peak_gflops, "--peak-gflops") if args.peak_gflops else cpu_peak_gflops()
     rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
@@ -330,7 +377,8 @@ def main():
     print(f"FLOPs/token = 6*N + 12*L*T*d = 6*{n_nonemb} + 12*{L}*{T}*{d} = {flops_per_token:,.0f}")
     print(f"loss: first warmup step {first_loss:.4f}, last step {last_loss:.4f}")
     for i, r in enumerate(rounds):
-        print(f"round {i + 1}: {r:,.0f} tokens/s ({args.steps} steps of {B}x{T}); "
+        shape = f"1 stream of {args.decode}" if args.mode == "decode" else f"{B}x{T}"
+        print(f"round {i + 1}: {r:,.0f} tokens/s ({args.steps} steps of {shape}); "
               f"other processes kept {other[i]:.2f} of {os.cpu_count()} cores busy")
     print(f"median: {median:,.0f} tokens/s = {achieved:.2f} GFLOP/s; MFU {100 * achieved / peak:.1f}% "
           f"of {peak:.0f} GFLOP/s ({peak_source})")

@@ -55,6 +55,17 @@ pub fn device(kind: DeviceKind) -> Result<Device> {
     }
 }
 
+/// Whether `device` is the CPU (`flex`), where concurrent jobs each get their own cores.
+pub fn is_cpu(device: &Device) -> bool {
+    #[cfg(feature = "flex")]
+    return *device == Device::flex();
+    #[cfg(not(feature = "flex"))]
+    return {
+        let _ = device;
+        false
+    };
+}
+
 /// The devices of a data-parallel run: `n` GPUs of `kind` (device 0 first; it holds the
 /// weights and the optimizer state).
 pub fn devices(kind: DeviceKind, n: usize) -> Result<Vec<Device>> {

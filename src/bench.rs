@@ -9,7 +9,10 @@
 //!
 //! `--forward` times inference instead, the path of `eval` and `analyze`: the logits of every
 //! micro-batch of the step through the model without autodiff, one value read back (FLOPs per
-//! token `2·N + 4·L·T·d`).
+//! token `2·N + 4·L·T·d`). `--decode N` times cached decoding, the path of `stream-eval` and
+//! `generate`: one stream (batch 1) of N tokens fed one at a time through a dense key/value
+//! cache, each step's logits read back (FLOPs per token `2·N + 4·L·d·(N+1)/2`, the mean cache
+//! length).
 
 use crate::backend;
 use crate::config::{DeviceKind, Experiment};
@@ -23,9 +26,20 @@ use rand::{Rng, SeedableRng};
 use serde::Serialize;
 use std::time::Instant;
 
+/// What `sinklab bench` times.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Full optimizer steps.
+    Train,
+    /// Inference over every micro-batch of a step.
+    Forward,
+    /// Cached decoding of one stream of this many tokens.
+    Decode(usize),
+}
+
 #[derive(Debug, Serialize)]
 pub struct BenchResult {
-    /// "train" (full optimizer steps) or "forward" (inference).
+    /// "train" (full optimizer steps), "forward" (inference) or "decode" (cached decoding).
     pub mode: String,
     pub device: String,
     pub params: usize,
@@ -93,7 +107,7 @@ pub fn run(
     steps: usize,
     rounds: usize,
     peak: Option<f64>,
-    forward: bool,
+    mode: Mode,
 ) -> Result<BenchResult> {
     let base = backend::device(exp.run.device)?;
     let device = base.clone().autodiff();
@@ -113,50 +127,90 @@ pub fn run(
         })
         .collect();
     let workers = Workers::for_device(exp.run.device == DeviceKind::Flex, accum);
-    let mut step = |model: Lm| -> Lm {
-        if forward {
-            let valid = burn::module::Module::valid(&model);
-            for b in &batches {
-                let (x, _, _) = crate::eval::batch_tensors(b, &base);
-                let logits = valid.forward(x); // (B, T, V)
-                let _ = logits.slice([0..1, 0..1, 0..1]).into_scalar::<f32>();
+    if let Mode::Decode(n) = mode
+        && (n == 0 || n > t)
+    {
+        anyhow::bail!("--decode {n}: need 1 ≤ tokens ≤ model.ctx = {t}");
+    }
+    let mut step = |model: Lm| -> Result<Lm> {
+        match mode {
+            Mode::Forward => {
+                let valid = burn::module::Module::valid(&model);
+                for b in &batches {
+                    let (x, _, _) = crate::eval::batch_tensors(b, &base);
+                    let logits = valid.forward(x); // (B, T, V)
+                    let _ = logits.slice([0..1, 0..1, 0..1]).into_scalar::<f32>();
+                }
+                Ok(model)
             }
-            return model;
+            Mode::Decode(n) => {
+                let valid = burn::module::Module::valid(&model);
+                let mut cache = valid.cache(model::CachePolicy::DENSE)?;
+                for &tok in &batches[0].inputs[..n] {
+                    let x = crate::generate::ids_tensor(&[tok], &base);
+                    let logits = valid.forward_cached(x, &mut cache)?; // (1, 1, V)
+                    let _ = logits.slice([0..1, 0..1, 0..1]).into_scalar::<f32>();
+                }
+                Ok(model)
+            }
+            Mode::Train => {
+                let (grads, _loss) = train::gradients(&model, &batches, &device, &workers);
+                let scale = optim::clip_scale(grads.global_norm(), exp.optim.grad_clip);
+                Ok(adam.step(model, &grads, exp.optim.lr, scale))
+            }
         }
-        let (grads, _loss) = train::gradients(&model, &batches, &device, &workers);
-        let scale = optim::clip_scale(grads.global_norm(), exp.optim.grad_clip);
-        adam.step(model, &grads, exp.optim.lr, scale)
     };
     for _ in 0..warmup {
-        model = step(model);
+        model = step(model)?;
     }
+    // tokens per timed step
+    let per_step = match mode {
+        Mode::Decode(n) => n,
+        _ => accum * b * t,
+    };
     let mut tps = Vec::new();
     for _ in 0..rounds {
         let t0 = Instant::now();
         for _ in 0..steps {
-            model = step(model);
+            model = step(model)?;
         }
-        tps.push((accum * b * t * steps) as f64 / t0.elapsed().as_secs_f64());
+        tps.push((per_step * steps) as f64 / t0.elapsed().as_secs_f64());
     }
     let mut sorted = tps.clone();
     sorted.sort_by(|a, b| a.partial_cmp(b).expect("finite"));
     let median = sorted[sorted.len() / 2];
     let n = model::non_embedding_params(&model);
     let m = &exp.model;
-    let passes = if forward { 1.0 } else { 3.0 };
-    let flops_per_token = passes * (2.0 * n as f64 + 4.0 * (m.n_layers * t * m.d_model) as f64);
+    let attn = |len: f64| 4.0 * (m.n_layers * m.d_model) as f64 * len; // q·k and A·v per token
+    let flops_per_token = match mode {
+        Mode::Train => 3.0 * (2.0 * n as f64 + attn(t as f64)),
+        Mode::Forward => 2.0 * n as f64 + attn(t as f64),
+        Mode::Decode(len) => 2.0 * n as f64 + attn((len as f64 + 1.0) / 2.0),
+    };
     let achieved = median * flops_per_token / 1e9;
     let (peak_gflops, peak_source) = match peak {
         Some(p) => (p, "--peak-gflops".to_string()),
         None => cpu_peak_gflops(),
     };
     Ok(BenchResult {
-        mode: if forward { "forward" } else { "train" }.into(),
+        mode: match mode {
+            Mode::Train => "train".into(),
+            Mode::Forward => "forward".into(),
+            Mode::Decode(n) => format!("decode {n}"),
+        },
         device: exp.run.device.name().into(),
         params: model::count_params(&model),
         non_embedding_params: n,
-        batch: accum * b,
-        micro_batch: b,
+        batch: if matches!(mode, Mode::Decode(_)) {
+            1
+        } else {
+            accum * b
+        },
+        micro_batch: if matches!(mode, Mode::Decode(_)) {
+            1
+        } else {
+            b
+        },
         ctx: t,
         workers: workers.len(),
         threads_per_worker: workers.threads_per_worker(),

@@ -11,7 +11,7 @@ use burn::tensor::{Device, Int, Tensor, TensorData};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-fn ids_tensor(ids: &[u32], device: &Device) -> Tensor<2, Int> {
+pub fn ids_tensor(ids: &[u32], device: &Device) -> Tensor<2, Int> {
     let v: Vec<i64> = ids.iter().map(|&x| x as i64).collect();
     Tensor::from_data(TensorData::new(v, [1, ids.len()]), device)
 }

@@ -171,28 +171,27 @@ pub fn stream_eval(
     } else {
         format!("dense (within model.ctx = {ctx})")
     };
-    let nll = stream_nll(
-        &model,
-        &tokens[..dense_limit],
-        CachePolicy::DENSE,
-        device,
-        &mut |_| bar.inc(1),
-    )?;
-    rows.push(StreamRow::new(&dense_name, None, None, nll, ctx, budget));
+    // The dense stream and every evicting cache decode one token at a time, where the
+    // backend's matrix products (1 × d) are too small to use a second core: on the CPU they
+    // run concurrently, one worker per core (each stream's numbers do not depend on it).
+    let mut streams = vec![(dense_name, None, None, CachePolicy::DENSE, dense_limit)];
     for (name, s, w) in policies {
         let policy = CachePolicy {
             sinks: s,
             window: Some(w),
         };
-        let nll = stream_nll(&model, &tokens, policy, device, &mut |_| bar.inc(1))?;
-        rows.push(StreamRow::new(
-            &format!("{name} ({s}+{w})"),
-            Some(s),
-            Some(w),
-            nll,
-            ctx,
-            budget,
-        ));
+        streams.push((format!("{name} ({s}+{w})"), Some(s), Some(w), policy, n));
+    }
+    let workers =
+        crate::parallel::Workers::for_device(crate::backend::is_cpu(device), streams.len());
+    let nlls = workers.map(streams.len(), |j| {
+        let (_, _, _, policy, len) = &streams[j];
+        stream_nll(&model, &tokens[..*len], *policy, device, &mut |_| {
+            bar.inc(1)
+        })
+    });
+    for ((name, s, w, _, _), nll) in streams.into_iter().zip(nlls) {
+        rows.push(StreamRow::new(&name, s, w, nll?, ctx, budget));
     }
     let nll = recompute_nll(&model, &tokens, budget, o.batch, device, &mut |k| {
         bar.inc(k as u64)

@@ -27,8 +27,12 @@ pub struct Args {
     #[arg(long)]
     pub json: bool,
     /// Time inference (the logits of every micro-batch, no autodiff) instead of training steps.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "decode")]
     pub forward: bool,
+    /// Time cached decoding instead (stream-eval's and generate's path): one stream of N tokens
+    /// fed one at a time through a dense key/value cache; a step is one stream.
+    #[arg(long, value_name = "N")]
+    pub decode: Option<usize>,
 }
 
 pub fn run(a: Args) -> Result<()> {
@@ -44,7 +48,11 @@ pub fn run(a: Args) -> Result<()> {
         a.steps,
         a.rounds,
         a.peak_gflops,
-        a.forward,
+        match (a.forward, a.decode) {
+            (_, Some(n)) => bench::Mode::Decode(n),
+            (true, None) => bench::Mode::Forward,
+            (false, None) => bench::Mode::Train,
+        },
     )?;
     if a.json {
         println!("{}", serde_json::to_string(&r)?);

@@ -172,3 +172,44 @@ fn help_names_every_command() {
         );
     }
 }
+
+#[test]
+fn bench_times_training_inference_and_cached_decoding() {
+    let args = |extra: &[&str]| -> serde_json::Value {
+        let mut a = vec![
+            "bench",
+            "experiments/natural_text.toml",
+            "--warmup",
+            "0",
+            "--steps",
+            "1",
+            "--rounds",
+            "1",
+            "--json",
+        ];
+        a.extend_from_slice(extra);
+        let (code, out, err) = sinklab_in(None, &a);
+        assert_eq!(code, 0, "{out}{err}");
+        serde_json::from_str(out.lines().last().unwrap()).unwrap()
+    };
+    for (extra, mode, batch) in [
+        (&[][..], "train", 16),
+        (&["--forward"][..], "forward", 16),
+        (&["--decode", "16"][..], "decode 16", 1),
+    ] {
+        let r = args(extra);
+        assert_eq!(r["mode"], mode);
+        assert_eq!(r["batch"], batch);
+        let tps = r["median_tokens_per_s"].as_f64().unwrap();
+        assert!(tps > 1.0 && tps.is_finite(), "{mode}: {tps}");
+    }
+    let (code, out, err) = sinklab_in(
+        None,
+        &["bench", "experiments/natural_text.toml", "--decode", "129"],
+    );
+    assert_eq!(code, 1);
+    assert!(
+        format!("{out}{err}").contains("--decode 129: need 1 ≤ tokens ≤ model.ctx = 128"),
+        "{out}{err}"
+    );
+}
