@@ -22,6 +22,7 @@ use crate::optim::{self, Optimizer};
 use anyhow::{Context, Result, anyhow, bail};
 use burn::tensor::Device;
 use serde::{Deserialize, Serialize};
+use sha2::Digest;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -139,7 +140,10 @@ pub fn open_run(
     {
         *path = run_dir.join("tokenizer.json");
     }
-    let data = data::Dataset::prepare(&d, log)?;
+    let data = match prepared_data(&run_dir, &d)? {
+        Some(data) => data,
+        None => data::Dataset::prepare(&d, log)?,
+    };
     Ok(OpenRun {
         exp,
         model,
@@ -149,6 +153,52 @@ pub fn open_run(
         data,
         device,
     })
+}
+
+/// `data.json` of a run: where its prepared corpus lives (absolute), so that the analysis
+/// commands open the shards from any directory without re-reading the sources.
+#[derive(Serialize, Deserialize)]
+struct PreparedRef {
+    prepared: PathBuf,
+    manifest_sha256: String,
+}
+
+/// Record in `run_dir/data.json` which prepared corpus the run trains on (prepared corpora
+/// only; generated tasks are rebuilt from the configuration).
+pub fn record_prepared_data(run_dir: &Path, data: &data::Dataset) -> Result<()> {
+    let manifest = data.dir.join("manifest.json");
+    let Ok(bytes) = std::fs::read(&manifest) else {
+        return Ok(()); // a generated task: no manifest
+    };
+    let r = PreparedRef {
+        prepared: std::path::absolute(&data.dir)?,
+        manifest_sha256: data::hex(&sha2::Sha256::digest(&bytes)),
+    };
+    checkpoint::write_atomic(
+        &run_dir.join("data.json"),
+        serde_json::to_string_pretty(&r)?.as_bytes(),
+    )
+}
+
+/// The prepared corpus `run_dir/data.json` names, opened, when it is still there unchanged;
+/// `None` otherwise (the caller prepares it again from the configuration).
+fn prepared_data(run_dir: &Path, d: &config::DataConfig) -> Result<Option<data::Dataset>> {
+    let Ok(text) = std::fs::read_to_string(run_dir.join("data.json")) else {
+        return Ok(None);
+    };
+    let r: PreparedRef = serde_json::from_str(&text).with_context(|| {
+        format!(
+            "{}: not a data reference",
+            run_dir.join("data.json").display()
+        )
+    })?;
+    let Ok(bytes) = std::fs::read(r.prepared.join("manifest.json")) else {
+        return Ok(None);
+    };
+    if data::hex(&sha2::Sha256::digest(&bytes)) != r.manifest_sha256 {
+        return Ok(None);
+    }
+    data::Dataset::open(&r.prepared, &d.tokenizer).map(Some)
 }
 
 /// Where a run starts: the directory is prepared (resolved.toml and provenance written), and
@@ -265,7 +315,7 @@ pub fn start(exp: &Experiment, resume: bool) -> Result<Start> {
 }
 
 /// Remove what a start that failed before step 0 wrote into `run_dir` (resolved.toml,
-/// provenance, tokenizer, records and event files, checkpoint temporaries), and the directory
+/// provenance, tokenizer, data reference, records and event files, checkpoint temporaries), and the directory
 /// itself when this start created it and nothing else is left. Only called when the directory
 /// held no run before, so every such file is this start's own.
 pub fn discard_stub(run_dir: &Path, created: bool) {
@@ -276,6 +326,7 @@ pub fn discard_stub(run_dir: &Path, created: bool) {
         "resolved.toml",
         "provenance.json",
         "tokenizer.json",
+        "data.json",
         "metrics.jsonl",
         "summary.json",
     ] {

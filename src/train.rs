@@ -270,6 +270,7 @@ impl<'a> Trainer<'a> {
             data.dir.join("tokenizer.json"),
             run_dir.join("tokenizer.json"),
         )?;
+        run::record_prepared_data(&run_dir, &data)?;
         let vocab = exp.model.vocab_size.unwrap_or(data.vocab_size());
         if vocab < data.vocab_size() {
             bail!(

@@ -209,6 +209,20 @@ fn every_format_prepares_to_the_ids_python_tokenizers_gives() {
     let summary = read_json(&d.join("runs/d/summary.json"));
     let loss = summary["last_val_loss"].as_f64().unwrap();
     assert!(loss.is_finite() && loss > 1.0 && loss < 7.0, "{summary}");
+    // The run records its prepared corpus, so the analysis commands open the shards without
+    // the sources (here deleted), from any directory.
+    let r = read_json(&d.join("runs/d/data.json"));
+    assert_eq!(
+        r["prepared"].as_str().unwrap(),
+        prepared.display().to_string()
+    );
+    for f in ["b.jsonl", "c.jsonl.gz", "e.jsonl.zst", "f.parquet"] {
+        std::fs::remove_file(d.join(f)).unwrap();
+    }
+    let run = d.join("runs/d").display().to_string();
+    let (code, out) = sinklab_output(Some(d), &["eval", &run]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains(&format!("{:.4}", loss)), "{out}");
 }
 
 #[test]
