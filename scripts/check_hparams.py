@@ -110,7 +110,16 @@ def main() -> int:
                 "allowedStatuses": ["STATUS_UNKNOWN", "STATUS_SUCCESS", "STATUS_FAILURE", "STATUS_RUNNING"],
                 "aggregationType": "AGGREGATION_AVG"})
             groups = resp.get("sessionGroups", [])
-            if sum(len(g["sessions"]) for g in groups) >= len(done):
+            # TensorBoard reads event files incrementally: wait until every finished run is
+            # listed with a value for every metric its metrics.jsonl recorded (a loaded machine
+            # can serve a session before its last scalars)
+            listed = {s["name"]: {m["name"]["tag"] for m in s.get("metricValues", [])}
+                      for g in groups for s in g["sessions"]}
+            recorded = {r["name"]: set(last_values(os.path.join(args.sweep_dir, r["name"], "metrics.jsonl")))
+                        for r in done}
+            if all(r["name"] in listed
+                   and {m["tag"] for m in metrics if m["tag"] in recorded[r["name"]]} <= listed[r["name"]]
+                   for r in done):
                 break
             time.sleep(2)
         sessions = {}
