@@ -5,7 +5,7 @@
 //! of tokens 0..=i. The model's own sink tokens and slots (sink logit, KV bias) are part of the
 //! model and are always attended; a policy's S counts real initial tokens kept on top of them.
 
-use crate::model::{CachePolicy, Lm};
+use crate::model::{CachePolicy, KvCache, Lm};
 use anyhow::{Result, bail};
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use rand::{Rng, SeedableRng};
@@ -119,9 +119,21 @@ pub fn stream_nll(
     progress: &mut dyn FnMut(usize),
 ) -> Result<Vec<f64>> {
     let mut cache = model.cache(policy)?;
+    continue_nll(model, &mut cache, tokens, device, progress)
+}
+
+/// NLL of tokens 1..n, tokens 0..n−1 fed one at a time into `cache`, which may already hold
+/// the tokens before them.
+pub fn continue_nll(
+    model: &Lm,
+    cache: &mut KvCache,
+    tokens: &[u32],
+    device: &Device,
+    progress: &mut dyn FnMut(usize),
+) -> Result<Vec<f64>> {
     let mut out = Vec::with_capacity(tokens.len().saturating_sub(1));
     for (i, pair) in tokens.windows(2).enumerate() {
-        let logits = model.forward_cached(ids_tensor(&pair[..1], device), &mut cache)?;
+        let logits = model.forward_cached(ids_tensor(&pair[..1], device), cache)?;
         out.push(nll(&rows(logits)[0], pair[1]));
         progress(i + 1);
     }

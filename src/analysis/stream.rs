@@ -3,7 +3,7 @@
 //! sliding window re-computed over the last L tokens) and dense attention over the whole text,
 //! with the per-position curve.
 
-use crate::generate::{recompute_nll, stream_nll};
+use crate::generate::{continue_nll, recompute_nll};
 use crate::model::CachePolicy;
 use crate::run::OpenRun;
 use anyhow::{Result, bail};
@@ -161,8 +161,11 @@ pub fn stream_eval(
         .into_iter()
         .filter(|(_, s, w)| seen.insert((*s, *w))) // e.g. --sinks 1 repeats the one-sink row
         .collect();
+    // Every cache holds the same tokens until it first has to evict, after L tokens: those are
+    // decoded once, into a dense cache that each stream then continues from (a fork).
+    let prefix = budget.min(dense_limit - 1);
     let bar = crate::progress::progress_bar(
-        ((dense_limit - 1) + (n - 1) * (policies.len() + 1)) as u64,
+        (prefix + (dense_limit - 1 - prefix) + (n - 1 - prefix) * policies.len() + (n - 1)) as u64,
         "tokens",
     );
     let mut rows = Vec::new();
@@ -171,9 +174,14 @@ pub fn stream_eval(
     } else {
         format!("dense (within model.ctx = {ctx})")
     };
-    // The dense stream and every evicting cache decode one token at a time, where the
-    // backend's matrix products (1 × d) are too small to use a second core: on the CPU they
-    // run concurrently, one worker per core (each stream's numbers do not depend on it).
+    let mut shared = model.cache(CachePolicy::DENSE)?;
+    let head = continue_nll(&model, &mut shared, &tokens[..=prefix], device, &mut |_| {
+        bar.inc(1)
+    })?;
+    // Past the shared prefix the dense stream and every evicting cache decode one token at a
+    // time, where the backend's matrix products (1 × d) are too small to use a second core:
+    // on the CPU they run concurrently, one worker per core (each stream's numbers do not
+    // depend on it).
     let mut streams = vec![(dense_name, None, None, CachePolicy::DENSE, dense_limit)];
     for (name, s, w) in policies {
         let policy = CachePolicy {
@@ -184,11 +192,17 @@ pub fn stream_eval(
     }
     let workers =
         crate::parallel::Workers::for_device(crate::backend::is_cpu(device), streams.len());
-    let nlls = workers.map(streams.len(), |j| {
+    let nlls = workers.map(streams.len(), |j| -> Result<Vec<f64>> {
         let (_, _, _, policy, len) = &streams[j];
-        stream_nll(&model, &tokens[..*len], *policy, device, &mut |_| {
-            bar.inc(1)
-        })
+        let mut cache = shared.fork(*policy)?;
+        let rest = continue_nll(
+            &model,
+            &mut cache,
+            &tokens[prefix..*len],
+            device,
+            &mut |_| bar.inc(1),
+        )?;
+        Ok(head.iter().copied().chain(rest).collect())
     });
     for ((name, s, w, _, _), nll) in streams.into_iter().zip(nlls) {
         rows.push(StreamRow::new(&name, s, w, nll?, ctx, budget));

@@ -211,6 +211,32 @@ pub struct KvCache {
 }
 
 impl KvCache {
+    /// A copy of this dense cache that continues under `policy`. Allowed while everything
+    /// cached fits `policy`'s budget: no cache has evicted anything yet, so both hold the same
+    /// tokens at the same positions and give the same logits so far (StreamingLLM's caches all
+    /// start as the dense one).
+    pub fn fork(&self, policy: CachePolicy) -> anyhow::Result<KvCache> {
+        if self.policy != CachePolicy::DENSE {
+            anyhow::bail!("only a dense cache can be forked (this one evicts)");
+        }
+        if let Some(w) = policy.window
+            && self.real > policy.sinks + w
+        {
+            anyhow::bail!(
+                "a cache of {} tokens does not fit {} sink tokens + a window of {w}",
+                self.real,
+                policy.sinks
+            );
+        }
+        Ok(KvCache {
+            layers: self.layers.clone(),
+            real: self.real,
+            started: self.started,
+            policy,
+            ids: self.ids.clone(),
+        })
+    }
+
     /// Real tokens currently cached.
     pub fn len(&self) -> usize {
         self.real

@@ -209,6 +209,24 @@ fn eviction_with_rerotation_matches_a_fresh_forward_over_the_kept_tokens() {
             (window_only[20] - streamed[20]).abs() > 1e-6,
             "{name}: eviction has an effect"
         );
+        // stream-eval decodes the first s + w tokens once and forks that dense cache into each
+        // policy: bit-identical to decoding every policy from scratch.
+        let mut shared = model.cache(CachePolicy::DENSE).unwrap();
+        let head = generate::continue_nll(&model, &mut shared, &toks[..=s + w], &dev, &mut |_| {})
+            .unwrap();
+        let mut forked = shared.fork(policy).unwrap();
+        let rest =
+            generate::continue_nll(&model, &mut forked, &toks[s + w..], &dev, &mut |_| {}).unwrap();
+        let joined: Vec<f64> = head.into_iter().chain(rest).collect();
+        assert_eq!(joined, streamed, "{name}: forked after the shared prefix");
+        assert!(shared.fork(policy).is_ok());
+        let mut longer = model.cache(CachePolicy::DENSE).unwrap();
+        generate::continue_nll(&model, &mut longer, &toks[..=s + w + 1], &dev, &mut |_| {})
+            .unwrap();
+        assert!(
+            longer.fork(policy).is_err(),
+            "{name}: a cache past the budget cannot fork"
+        );
     }
 }
 
