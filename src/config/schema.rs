@@ -297,12 +297,15 @@ pub enum TokenizerConfig {
     /// Raw UTF-8 bytes: 256 ids plus the 2 special tokens (vocabulary 258).
     Byte {},
     /// Byte-level BPE trained with the `tokenizers` crate on the training split, or on a
-    /// sample of it: the first `sample_bytes` bytes of text, split evenly over the domains
-    /// (each domain's share taken from its start, which must lie in its training split).
+    /// sample of it: the first `sample_bytes` bytes of text or the first `sample_documents`
+    /// documents, split evenly over the domains (each domain's share taken from its start,
+    /// which must lie in its training split).
     Bpe {
         vocab_size: usize,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         sample_bytes: Option<u64>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        sample_documents: Option<u64>,
     },
     /// A `tokenizer.json` used as it is (a pretrained model's; `sinklab import` writes it into
     /// the run directory). `bos` and `eot` name its begin-of-sequence and end-of-document
@@ -333,6 +336,7 @@ impl Default for TokenizerConfig {
         TokenizerConfig::Bpe {
             vocab_size: 2048,
             sample_bytes: None,
+            sample_documents: None,
         }
     }
 }

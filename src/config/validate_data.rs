@@ -3,20 +3,34 @@
 use super::schema::*;
 
 impl Experiment {
-    /// Checks of `data.sources` and `data.tokenizer.sample_bytes`.
+    /// Checks of `data.sources` and the tokenizer sample (`data.tokenizer.sample_*`).
     pub(super) fn validate_data_sources(&self, bad: &mut dyn FnMut(&str, String)) {
         let d = &self.data;
         if let TokenizerConfig::Bpe {
-            sample_bytes: Some(0),
+            sample_bytes,
+            sample_documents,
             ..
         } = d.tokenizer
         {
-            bad(
-                "data.tokenizer.sample_bytes",
-                "found 0, expected a positive number of bytes (or leave it out to train on the \
-                 whole training split)"
-                    .into(),
-            );
+            for (key, v) in [
+                ("sample_bytes", sample_bytes),
+                ("sample_documents", sample_documents),
+            ] {
+                if v == Some(0) {
+                    bad(
+                        &format!("data.tokenizer.{key}"),
+                        "found 0, expected a positive number (or leave it out to train on the \
+                         whole training split)"
+                            .into(),
+                    );
+                }
+            }
+            if sample_bytes.is_some() && sample_documents.is_some() {
+                bad(
+                    "data.tokenizer.sample_documents",
+                    "given with sample_bytes; the sample is counted in one of them".into(),
+                );
+            }
         }
         if d.sources.is_empty() {
             return;

@@ -6,7 +6,7 @@
 //!    it), the tokenizer choice, `val_fraction` and `bad_input`.
 //! 2. The tokenizer: byte-level, a `tokenizer.json`, or a BPE trained on the training split
 //!    (a first pass counts each domain's text bytes, the second feeds the first
-//!    (1 − val_fraction) of them) or on a sample (`sample_bytes`, split evenly over the
+//!    (1 − val_fraction) of them) or on a sample (`sample_bytes` or `sample_documents`, split evenly over the
 //!    domains, each share from the start of its domain). Documents stream into the trainer,
 //!    which keeps only its pre-token counts.
 //! 3. Tokenization: per source file, a reader thread decodes documents into batches of
@@ -397,11 +397,16 @@ fn build(cfg: &DataConfig, plan: &Plan, dir: &Path, log: &mut dyn FnMut(&str)) -
             _ => Tokenizer::load(&tpath)?,
         }
     } else {
-        let t = make_tokenizer(cfg, plan, log)?;
+        let (t, fed) = make_tokenizer(cfg, plan, log)?;
         log(&format!(
             "data: tokenizer ready in {:.1} s",
             t0.elapsed().as_secs_f64()
         ));
+        // the sample's size per domain, for the check below (also after a resume)
+        crate::checkpoint::write_atomic(
+            &dir.join("tokenizer_sample.json"),
+            serde_json::to_string(&fed)?.as_bytes(),
+        )?;
         let tmp = dir.join(".tokenizer.json.tmp");
         t.save(&tmp)?;
         std::fs::rename(&tmp, &tpath)?;
@@ -439,19 +444,31 @@ fn build(cfg: &DataConfig, plan: &Plan, dir: &Path, log: &mut dyn FnMut(&str)) -
         domains.push(domain_manifest(d, shards, cfg.val_fraction));
     }
     bar.finish_and_clear();
-    if let TokenizerConfig::Bpe {
-        sample_bytes: Some(s),
-        ..
-    } = cfg.tokenizer
-    {
-        let share = s / plan.domains.len() as u64;
-        for d in &domains {
+    // A tokenizer sample must come from the training split: each domain's sampled bytes
+    // within the first (1 − val_fraction) of its text.
+    let fed: Vec<u64> = std::fs::read_to_string(dir.join("tokenizer_sample.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_default();
+    let key = match cfg.tokenizer {
+        TokenizerConfig::Bpe {
+            sample_bytes: Some(s),
+            ..
+        } => Some(format!("sample_bytes = {s}")),
+        TokenizerConfig::Bpe {
+            sample_documents: Some(n),
+            ..
+        } => Some(format!("sample_documents = {n}")),
+        _ => None,
+    };
+    if let Some(key) = key {
+        for (d, &took) in domains.iter().zip(&fed) {
             let train_bytes = d.text_bytes as f64 * (1.0 - cfg.val_fraction);
-            if share.min(d.text_bytes) as f64 > train_bytes {
+            if took as f64 > train_bytes {
                 bail!(
-                    "data.tokenizer.sample_bytes = {s}: domain {}'s share ({share} bytes) reaches \
-                     past its training split (≈ {train_bytes:.0} of {} bytes), so the tokenizer \
-                     would see validation text; lower sample_bytes",
+                    "data.tokenizer.{key}: domain {}'s share ({took} bytes of text) reaches past \
+                     its training split (≈ {train_bytes:.0} of {} bytes), so the tokenizer would \
+                     see validation text; lower the sample",
                     d.name,
                     d.text_bytes
                 );
@@ -608,27 +625,48 @@ fn tokenize_file(
     })
 }
 
-/// The configured tokenizer; a BPE is trained on a stream of the corpus's documents.
-fn make_tokenizer(cfg: &DataConfig, plan: &Plan, log: &mut dyn FnMut(&str)) -> Result<Tokenizer> {
-    let (vocab_size, sample) = match &cfg.tokenizer {
-        TokenizerConfig::Byte {} => return Tokenizer::byte(),
+/// How much of a domain's start the BPE trainer reads.
+#[derive(Clone, Copy)]
+enum Budget {
+    Bytes(u64),
+    Documents(u64),
+}
+
+/// The configured tokenizer; a BPE is trained on a stream of the corpus's documents. Also
+/// returns the text bytes each domain fed the trainer (empty when nothing was trained).
+fn make_tokenizer(
+    cfg: &DataConfig,
+    plan: &Plan,
+    log: &mut dyn FnMut(&str),
+) -> Result<(Tokenizer, Vec<u64>)> {
+    let (vocab_size, sample_bytes, sample_documents) = match &cfg.tokenizer {
+        TokenizerConfig::Byte {} => return Ok((Tokenizer::byte()?, vec![])),
         TokenizerConfig::File { path, bos, eot } => {
-            return Tokenizer::load_named(path, bos, eot);
+            return Ok((Tokenizer::load_named(path, bos, eot)?, vec![]));
         }
         TokenizerConfig::Bpe {
             vocab_size,
             sample_bytes,
-        } => (*vocab_size, *sample_bytes),
+            sample_documents,
+        } => (*vocab_size, *sample_bytes, *sample_documents),
     };
-    // Bytes of text each domain feeds the trainer, from its start.
-    let budgets: Vec<u64> = match sample {
-        Some(s) => {
+    let domains = plan.domains.len() as u64;
+    let sample = sample_bytes.is_some() || sample_documents.is_some();
+    // What each domain feeds the trainer, from its start.
+    let budgets: Vec<Budget> = match (sample_bytes, sample_documents) {
+        (Some(s), _) => {
             log(&format!(
                 "data: training byte-level BPE, vocab {vocab_size}, on a sample of {s} bytes"
             ));
-            vec![s / plan.domains.len() as u64; plan.domains.len()]
+            vec![Budget::Bytes(s / domains); plan.domains.len()]
         }
-        None => {
+        (None, Some(n)) => {
+            log(&format!(
+                "data: training byte-level BPE, vocab {vocab_size}, on a sample of {n} documents"
+            ));
+            vec![Budget::Documents((n / domains).max(1)); plan.domains.len()]
+        }
+        (None, None) => {
             log(&format!(
                 "data: training byte-level BPE, vocab {vocab_size}, on the training split"
             ));
@@ -640,54 +678,65 @@ fn make_tokenizer(cfg: &DataConfig, plan: &Plan, log: &mut dyn FnMut(&str)) -> R
                         .read(&d.text_field, cfg.bad_input, &|_| {}, &mut |_| Ok(()))?
                         .text_bytes;
                 }
-                v.push(((1.0 - cfg.val_fraction) * total as f64) as u64);
+                v.push(Budget::Bytes(
+                    ((1.0 - cfg.val_fraction) * total as f64) as u64,
+                ));
             }
             v
         }
     };
     let (tx, rx) = sync_channel::<String>(256);
-    let tok = std::thread::scope(|scope| -> Result<Tokenizer> {
-        let feeder = scope.spawn(move || -> Result<()> {
-            for (d, &keep) in plan.domains.iter().zip(&budgets) {
-                let mut seen = 0u64;
+    let (tok, fed) = std::thread::scope(|scope| -> Result<(Tokenizer, Vec<u64>)> {
+        let feeder = scope.spawn(move || -> Result<Vec<u64>> {
+            let mut fed = Vec::new();
+            for (d, &budget) in plan.domains.iter().zip(&budgets) {
+                let (mut seen, mut docs, mut taken) = (0u64, 0u64, 0u64);
+                let full = |seen: u64, docs: u64| match budget {
+                    Budget::Bytes(keep) => seen >= keep,
+                    Budget::Documents(n) => docs >= n,
+                };
                 for f in &d.files {
-                    if seen >= keep {
+                    if full(seen, docs) {
                         break;
                     }
                     stopped(f.read(&d.text_field, cfg.bad_input, &|_| {}, &mut |doc| {
                         let start = seen;
                         seen += doc.len() as u64;
-                        let doc = if seen <= keep {
-                            doc
-                        } else {
-                            let mut cut = (keep - start) as usize;
-                            while !doc.is_char_boundary(cut) {
-                                cut -= 1;
+                        docs += 1;
+                        let doc = match budget {
+                            Budget::Bytes(keep) if seen > keep => {
+                                let mut cut = (keep - start) as usize;
+                                while !doc.is_char_boundary(cut) {
+                                    cut -= 1;
+                                }
+                                doc[..cut].to_string()
                             }
-                            doc[..cut].to_string()
+                            _ => doc,
                         };
+                        taken += doc.len() as u64;
                         tx.send(doc).map_err(|_| anyhow!("trainer stopped"))?;
-                        if seen >= keep {
+                        if full(seen, docs) {
                             Err(Stop.into())
                         } else {
                             Ok(())
                         }
                     }))?;
                 }
+                fed.push(taken);
             }
-            Ok(())
+            Ok(fed)
         });
         let tok = Tokenizer::train_bpe(vocab_size, rx.into_iter());
-        feeder
+        let fed = feeder
             .join()
             .map_err(|_| anyhow!("the reader thread panicked"))??;
-        tok
+        Ok((tok?, fed))
     })?;
     if tok.vocab_size() < vocab_size {
         bail!(
             "data.tokenizer.vocab_size = {vocab_size}: the {} yields only {} ids (every pair seen \
              twice is merged); lower the vocabulary to at most {} or use more text",
-            if sample.is_some() {
+            if sample {
                 "tokenizer sample"
             } else {
                 "training split"
@@ -696,5 +745,5 @@ fn make_tokenizer(cfg: &DataConfig, plan: &Plan, log: &mut dyn FnMut(&str)) -> R
             tok.vocab_size()
         );
     }
-    Ok(tok)
+    Ok((tok, if sample { fed } else { vec![] }))
 }

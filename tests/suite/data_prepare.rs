@@ -450,6 +450,24 @@ fn source_configuration_errors_name_the_key() {
             "data.tokenizer.sample_bytes = 1000000",
             "reaches past its training split",
         ),
+        (
+            format!(
+                "tokenizer = {{ kind = \"bpe\", vocab_size = 300, sample_documents = 40 }}\n\
+                 [data.sources.a]\nfiles = [\"{}/a.jsonl\"]\n",
+                d.display()
+            ),
+            "data.tokenizer.sample_documents = 40",
+            "reaches past its training split",
+        ),
+        (
+            format!(
+                "tokenizer = {{ kind = \"bpe\", vocab_size = 300, sample_bytes = 10, \
+                 sample_documents = 4 }}\n[data.sources.a]\nfiles = [\"{}/a.jsonl\"]\n",
+                d.display()
+            ),
+            "data.tokenizer.sample_documents",
+            "given with sample_bytes",
+        ),
     ];
     for (data, key, want) in cases {
         let exp = experiment(d, &data);
@@ -460,4 +478,16 @@ fn source_configuration_errors_name_the_key() {
             "{data}: want {key} / {want} in {out}"
         );
     }
+    // a sample of documents from the training split
+    let exp = experiment(
+        d,
+        &format!(
+            "tokenizer = {{ kind = \"bpe\", vocab_size = 300, sample_documents = 20 }}\n\
+             [data.sources.a]\nfiles = [\"{}/a.jsonl\"]\n",
+            d.display()
+        ),
+    );
+    let (code, out) = sinklab_output(None, &["data", "prepare", &exp]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("on a sample of 20 documents"), "{out}");
 }

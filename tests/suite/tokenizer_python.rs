@@ -14,6 +14,7 @@ fn saved_tokenizers_give_identical_ids_in_python() {
         tokenizer: TokenizerConfig::Bpe {
             vocab_size: 1000,
             sample_bytes: None,
+            sample_documents: None,
         },
         cache_dir: dir.path().join("cache"),
         ..DataConfig::default()
