@@ -25,7 +25,7 @@ Models (`--models`, comma-separated):
 side is `sinklab bench --forward` (the path of eval and analyze). `--mode decode` times cached
 decoding of one stream of `--decode` tokens (batch 1, dense KV cache, every step's logits read
 back): sinklab's side is `sinklab bench --decode N` (the path of stream-eval and generate);
-torch.compile is not offered there (one token per call recompiles per cache length).
+torch.compile is not run in this mode (not measured: the KV cache grows every call).
 
 Prints a Markdown table; `--json FILE` also writes every round.
 """

@@ -318,8 +318,17 @@ pub fn list_checkpoints(run_dir: &Path) -> Vec<(u64, PathBuf)> {
     out
 }
 
-fn hex(bytes: &[u8]) -> String {
+/// Bytes as lower-case hexadecimal (digests).
+pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// sha256 of a file, hex, read in a stream.
+pub fn file_sha256(path: &Path) -> Result<String> {
+    let mut f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut h = Sha256::new();
+    std::io::copy(&mut f, &mut h).with_context(|| format!("reading {}", path.display()))?;
+    Ok(hex(&h.finalize()))
 }
 
 /// The checksum file of a checkpoint directory.

@@ -12,3 +12,18 @@ pub fn progress_bar(total: u64, what: &str) -> indicatif::ProgressBar {
     );
     b
 }
+
+/// A progress bar on stderr over `total` bytes of `what`, with the throughput (hidden when
+/// stderr is not a terminal).
+pub fn bytes_bar(total: u64, what: &str) -> indicatif::ProgressBar {
+    let b = indicatif::ProgressBar::new(total);
+    b.set_style(
+        indicatif::ProgressStyle::with_template(&format!(
+            "{{spinner}} {what} {{binary_bytes}}/{{binary_total_bytes}} [{{bar:30}}] \
+             {{binary_bytes_per_sec}} eta {{eta}}"
+        ))
+        .expect("template")
+        .progress_chars("=> "),
+    );
+    b
+}

@@ -22,7 +22,6 @@ use crate::optim::{self, Optimizer};
 use anyhow::{Context, Result, anyhow, bail};
 use burn::tensor::Device;
 use serde::{Deserialize, Serialize};
-use sha2::Digest;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -167,12 +166,12 @@ struct PreparedRef {
 /// only; generated tasks are rebuilt from the configuration).
 pub fn record_prepared_data(run_dir: &Path, data: &data::Dataset) -> Result<()> {
     let manifest = data.dir.join("manifest.json");
-    let Ok(bytes) = std::fs::read(&manifest) else {
+    if !manifest.exists() {
         return Ok(()); // a generated task: no manifest
-    };
+    }
     let r = PreparedRef {
         prepared: std::path::absolute(&data.dir)?,
-        manifest_sha256: data::hex(&sha2::Sha256::digest(&bytes)),
+        manifest_sha256: checkpoint::file_sha256(&manifest)?,
     };
     checkpoint::write_atomic(
         &run_dir.join("data.json"),
@@ -192,11 +191,9 @@ fn prepared_data(run_dir: &Path, d: &config::DataConfig) -> Result<Option<data::
             run_dir.join("data.json").display()
         )
     })?;
-    let Ok(bytes) = std::fs::read(r.prepared.join("manifest.json")) else {
-        return Ok(None);
-    };
-    if data::hex(&sha2::Sha256::digest(&bytes)) != r.manifest_sha256 {
-        return Ok(None);
+    match checkpoint::file_sha256(&r.prepared.join("manifest.json")) {
+        Ok(sha) if sha == r.manifest_sha256 => {}
+        _ => return Ok(None), // gone or changed: prepared again from the configuration
     }
     data::Dataset::open(&r.prepared, &d.tokenizer).map(Some)
 }

@@ -53,9 +53,7 @@ pub fn embedded_text(name: &str) -> &'static str {
 
 const EMBEDDED_MANIFEST: &str = include_str!("../../datasets/embedded/manifest.json");
 
-pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
+pub use crate::checkpoint::hex;
 
 /// One domain's token streams.
 pub struct Domain {

@@ -230,9 +230,8 @@ fn expand(pat: &str, format: SourceFormat) -> Result<Vec<PathBuf>> {
 fn key(cfg: &DataConfig, plan: &Plan) -> Result<String> {
     let tok_key = match &cfg.tokenizer {
         TokenizerConfig::File { path, bos, eot } => {
-            let bytes = std::fs::read(path)
-                .with_context(|| format!("data.tokenizer.path: reading {}", path.display()))?;
-            format!("file {} {bos:?} {eot:?}", hex(&Sha256::digest(&bytes)))
+            let sha = crate::checkpoint::file_sha256(path).context("data.tokenizer.path")?;
+            format!("file {sha} {bos:?} {eot:?}")
         }
         other => format!("{other:?}"),
     };
@@ -294,11 +293,7 @@ impl Dataset {
     /// Open a prepared directory: read its manifest and tokenizer, map its shards.
     pub fn open(dir: &Path, tokenizer: &TokenizerConfig) -> Result<Self> {
         let m = read_manifest(dir)?;
-        let tpath = dir.join("tokenizer.json");
-        let tokenizer = match tokenizer {
-            TokenizerConfig::File { bos, eot, .. } => Tokenizer::load_named(&tpath, bos, eot)?,
-            _ => Tokenizer::load(&tpath)?,
-        };
+        let tokenizer = prepared_tokenizer(&dir.join("tokenizer.json"), tokenizer)?;
         let mut domains = Vec::new();
         for d in &m.domains {
             let mut parts = Vec::new();
@@ -338,6 +333,15 @@ fn lock(path: &Path) -> Result<std::fs::File> {
     Ok(f)
 }
 
+/// A prepared directory's `tokenizer.json`, with the configured begin/end token names for a
+/// pretrained tokenizer file.
+fn prepared_tokenizer(path: &Path, cfg: &TokenizerConfig) -> Result<Tokenizer> {
+    match cfg {
+        TokenizerConfig::File { bos, eot, .. } => Tokenizer::load_named(path, bos, eot),
+        _ => Tokenizer::load(path),
+    }
+}
+
 /// The manifest of a prepared directory.
 pub fn read_manifest(dir: &Path) -> Result<Manifest> {
     let p = dir.join("manifest.json");
@@ -373,29 +377,13 @@ fn stopped(r: Result<FileRead>) -> Result<()> {
     }
 }
 
-fn progress(total: u64, what: &str) -> indicatif::ProgressBar {
-    let b = indicatif::ProgressBar::new(total);
-    b.set_style(
-        indicatif::ProgressStyle::with_template(&format!(
-            "{{spinner}} {what} {{binary_bytes}}/{{binary_total_bytes}} [{{bar:30}}] \
-             {{binary_bytes_per_sec}} eta {{eta}}"
-        ))
-        .expect("template")
-        .progress_chars("=> "),
-    );
-    b
-}
-
 fn build(cfg: &DataConfig, plan: &Plan, dir: &Path, log: &mut dyn FnMut(&str)) -> Result<()> {
     let t0 = std::time::Instant::now();
     remove_temporaries(dir)?;
     let tpath = dir.join("tokenizer.json");
     let tokenizer = if tpath.exists() {
         log("data: resuming an interrupted preparation (tokenizer and finished shards kept)");
-        match &cfg.tokenizer {
-            TokenizerConfig::File { bos, eot, .. } => Tokenizer::load_named(&tpath, bos, eot)?,
-            _ => Tokenizer::load(&tpath)?,
-        }
+        prepared_tokenizer(&tpath, &cfg.tokenizer)?
     } else {
         let (t, fed) = make_tokenizer(cfg, plan, log)?;
         log(&format!(
@@ -419,7 +407,7 @@ fn build(cfg: &DataConfig, plan: &Plan, dir: &Path, log: &mut dyn FnMut(&str)) -
         .flat_map(|d| &d.files)
         .map(|f| f.size)
         .sum();
-    let bar = progress(total, "tokenizing");
+    let bar = crate::progress::bytes_bar(total, "tokenizing");
     let (mut domains, mut resumed_shards) = (Vec::new(), 0);
     for d in &plan.domains {
         std::fs::create_dir_all(dir.join(&d.name))?;
@@ -489,7 +477,7 @@ fn build(cfg: &DataConfig, plan: &Plan, dir: &Path, log: &mut dyn FnMut(&str)) -
         version: MANIFEST_VERSION,
         corpus: plan.name.clone(),
         tokenizer: cfg.tokenizer.clone(),
-        tokenizer_sha256: hex(&Sha256::digest(std::fs::read(&tpath)?)),
+        tokenizer_sha256: crate::checkpoint::file_sha256(&tpath)?,
         vocab_size: tokenizer.vocab_size(),
         width,
         val_fraction: cfg.val_fraction,

@@ -168,7 +168,7 @@ impl SourceFile {
             let Origin::File(path) = &self.origin else {
                 unreachable!("embedded texts are text")
             };
-            out.sha256 = sha256_file(path)?;
+            out.sha256 = crate::checkpoint::file_sha256(path)?;
             read_parquet(path, text_field, policy, progress, &mut |d| {
                 keep(d, &mut out)
             })
@@ -236,13 +236,6 @@ impl Read for Hashing<'_> {
         (self.progress)(n as u64);
         Ok(n)
     }
-}
-
-fn sha256_file(path: &Path) -> Result<String> {
-    let mut f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    let mut h = Sha256::new();
-    std::io::copy(&mut f, &mut h).with_context(|| format!("reading {}", path.display()))?;
-    Ok(super::hex(&h.finalize()))
 }
 
 /// Record a skip under `policy`, or fail with `msg`.

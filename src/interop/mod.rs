@@ -435,19 +435,4 @@ fn check_against_model(
     Ok(())
 }
 
-/// sha256 of a file, hex.
-pub fn file_sha256(path: &Path) -> Result<String> {
-    use sha2::{Digest, Sha256};
-    use std::io::Read;
-    let mut f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = f.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        h.update(&buf[..n]);
-    }
-    Ok(crate::data::hex(&h.finalize()))
-}
+pub use crate::checkpoint::file_sha256;
