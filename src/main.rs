@@ -19,6 +19,9 @@ fn main() {
     }
     if let Err(e) = sinklab::commands::run(sinklab::commands::Cli::parse()) {
         eprintln!("error: {e:#}");
-        std::process::exit(1);
+        // Another process holds the directory this command would write: EX_TEMPFAIL, which a
+        // sweep tells apart from a failure.
+        let busy = sinklab::lock::is_busy(&e);
+        std::process::exit(if busy { sinklab::lock::EXIT_BUSY } else { 1 });
     }
 }

@@ -27,3 +27,13 @@ pub fn bytes_bar(total: u64, what: &str) -> indicatif::ProgressBar {
     );
     b
 }
+
+/// Print `msg` on its own line above `bar`, or as a plain line on stderr when the bar is hidden
+/// (no terminal: CI, `> log`, nohup), so that long work is never silent.
+pub fn say(bar: &indicatif::ProgressBar, msg: impl AsRef<str>) {
+    if bar.is_hidden() {
+        eprintln!("{}", msg.as_ref());
+    } else {
+        bar.println(msg.as_ref());
+    }
+}

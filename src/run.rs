@@ -17,6 +17,7 @@ use crate::backend::{self, Provenance};
 use crate::checkpoint::{self, HostTensor};
 use crate::config::{self, DeviceKind, Experiment};
 use crate::data;
+use crate::lock;
 use crate::model::Lm;
 use crate::optim::{self, Optimizer};
 use anyhow::{Context, Result, anyhow, bail};
@@ -198,17 +199,22 @@ fn prepared_data(run_dir: &Path, d: &config::DataConfig) -> Result<Option<data::
     data::Dataset::open(&r.prepared, &d.tokenizer).map(Some)
 }
 
-/// Where a run starts: the directory is prepared (resolved.toml and provenance written), and
-/// the checkpoint to resume from, if any.
+/// Where a run starts: the directory is locked and prepared (resolved.toml and provenance
+/// written), and the checkpoint to resume from, if any.
 pub struct Start {
     pub run_dir: PathBuf,
+    /// The run directory's exclusive lock, held while the run trains ([`crate::lock`]).
+    pub lock: lock::DirLock,
+    /// Whether this start created the run directory.
+    pub created_dir: bool,
     /// sha256 of the run's `resolved.toml` as it was before this start (when resuming): the
     /// digest its checkpoints carry, even if today's sinklab writes the same configuration
     /// with more (defaulted) keys.
     pub previous_digest: Option<String>,
     /// (step, checkpoint directory) of the newest good checkpoint when resuming.
     pub resume_from: Option<(u64, PathBuf)>,
-    /// Checkpoints passed over (corrupt files, unreadable state), to be logged.
+    /// Things to tell the user: checkpoints passed over (corrupt files, unreadable state), an
+    /// earlier start's files replaced.
     pub warnings: Vec<String>,
     pub provenance: Provenance,
 }
@@ -219,78 +225,168 @@ impl Start {
     }
 }
 
-/// Prepare the run directory of `exp`. A fresh run refuses a directory that already holds one;
-/// `resume` requires the same configuration as the run's `resolved.toml` (read with today's
-/// defaults, so that a setting added to sinklab since the run started still matches).
+/// The files and directories a start writes into a run directory before its first checkpoint
+/// (besides `checkpoints/` and TensorBoard's `events.out.tfevents.*`): sinklab's to replace
+/// when that start never reached a checkpoint.
+const START_FILES: [&str; 6] = [
+    "resolved.toml",
+    "provenance.json",
+    "tokenizer.json",
+    "data.json",
+    "metrics.jsonl",
+    "summary.json",
+];
+
+/// What a directory a run is about to use holds.
+#[derive(Debug, PartialEq)]
+pub enum DirState {
+    /// Nothing (or only a released lock file).
+    Empty,
+    /// The files of a start that never reached a checkpoint (it failed, or was killed): the
+    /// next start replaces them.
+    Stub,
+    /// A run with at least one checkpoint.
+    Run,
+    /// Entries sinklab did not write (named): never touched.
+    Foreign(Vec<String>),
+}
+
+/// Classify `dir` (see [`DirState`]). A stub is recognised by its `resolved.toml` (a start's
+/// first file after the lock): without it, even sinklab-named files are someone else's.
+pub fn dir_state(dir: &Path) -> DirState {
+    if !checkpoint::list_checkpoints(dir).is_empty() {
+        return DirState::Run;
+    }
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n != lock::LOCK_FILE)
+        .collect();
+    names.sort();
+    if names.is_empty() {
+        return DirState::Empty;
+    }
+    let marked = dir.join("resolved.toml").is_file();
+    let ours = |n: &String| {
+        START_FILES.contains(&n.as_str())
+            || is_start_temporary(n)
+            || n.starts_with("events.out.tfevents.")
+            || (n == "checkpoints" && checkpoints_only_temporaries(dir))
+    };
+    let foreign: Vec<String> = names
+        .iter()
+        .filter(|n| !marked || !ours(n))
+        .cloned()
+        .collect();
+    if foreign.is_empty() {
+        DirState::Stub
+    } else {
+        DirState::Foreign(foreign)
+    }
+}
+
+/// The temporary of an atomic write of one of [`START_FILES`] (`.resolved.toml.tmpPID`) that a
+/// kill interrupted.
+fn is_start_temporary(name: &str) -> bool {
+    START_FILES.iter().any(|f| {
+        name.strip_prefix('.')
+            .and_then(|r| r.strip_prefix(f))
+            .and_then(|r| r.strip_prefix(".tmp"))
+            .is_some_and(|pid| pid.chars().all(|c| c.is_ascii_digit()))
+    })
+}
+
+/// `dir/checkpoints` holds nothing but checkpoint temporaries of a killed write.
+fn checkpoints_only_temporaries(dir: &Path) -> bool {
+    std::fs::read_dir(dir.join("checkpoints")).is_ok_and(|rd| {
+        rd.flatten()
+            .all(|e| e.file_name().to_string_lossy().starts_with(".tmp_step_"))
+    })
+}
+
+/// Remove a stub's files (see [`DirState::Stub`]); nothing else is touched.
+pub fn clear_stub(dir: &Path) {
+    for f in START_FILES {
+        std::fs::remove_file(dir.join(f)).ok();
+    }
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        if is_start_temporary(&e.file_name().to_string_lossy()) {
+            std::fs::remove_file(e.path()).ok();
+        }
+    }
+    crate::recorder::remove_event_files(dir);
+    checkpoint::remove_stale_temporaries(dir);
+    std::fs::remove_dir(dir.join("checkpoints")).ok();
+}
+
+/// Lock and prepare the run directory of `exp`. A fresh run refuses a directory that already
+/// holds a run (a checkpoint) or files sinklab did not write; the files of an earlier start
+/// that never reached a checkpoint are replaced, whatever its configuration. `resume` requires
+/// the same configuration as the run's `resolved.toml` (read with today's defaults, so that a
+/// setting added to sinklab since the run started still matches); with no checkpoint to resume
+/// it starts from step 0.
 pub fn start(exp: &Experiment, resume: bool) -> Result<Start> {
     let run_dir = exp.run_dir();
     let resolved_path = run_dir.join("resolved.toml");
-    let existing = checkpoint::list_checkpoints(&run_dir);
+    let foreign = |names: Vec<String>| {
+        anyhow!(
+            "run directory {} holds files sinklab did not write for a run ({}); sinklab will not \
+             overwrite or delete them: choose another run.name (e.g. --set run.name=NEW) or \
+             run.out_dir",
+            run_dir.display(),
+            names.join(", ")
+        )
+    };
+    // A directory another process writes is refused with its holder's name; someone else's
+    // files are refused before anything (the lock file included) is put beside them.
+    if let Some(holder) = lock::holder(&run_dir) {
+        return Err(lock::Busy {
+            dir: run_dir.clone(),
+            holder: Some(holder),
+        }
+        .into());
+    }
+    if let DirState::Foreign(names) = dir_state(&run_dir) {
+        return Err(foreign(names));
+    }
+    let created_dir = !run_dir.exists();
+    std::fs::create_dir_all(&run_dir).with_context(|| format!("creating {}", run_dir.display()))?;
+    let lock = lock::acquire(&run_dir, "train")?;
     let mut previous_digest = None;
     let mut warnings = Vec::new();
-    let resume_from = if resume {
-        if resolved_path.exists() {
-            check_same_config(exp, &resolved_path)?;
-            use sha2::{Digest, Sha256};
-            let prev = std::fs::read(&resolved_path)?;
-            previous_digest = Some(data::hex(&Sha256::digest(&prev)));
-        }
-        // The newest checkpoint whose files match their checksums and whose state parses.
-        checkpoint::remove_stale_temporaries(&run_dir);
-        let mut chosen = None;
-        for (step, dir) in existing.iter().rev() {
-            match checkpoint::verify_checkpoint(dir).and_then(|_| read_state(dir).map(|_| ())) {
-                Ok(()) => {
-                    chosen = Some((*step, dir.clone()));
-                    break;
-                }
-                Err(e) => warnings.push(format!(
-                    "warning: checkpoint {} cannot be used: {e:#}",
-                    dir.display()
-                )),
-            }
-        }
-        match (&chosen, warnings.is_empty()) {
-            (Some((_, dir)), false) => warnings.push(format!(
-                "warning: resuming from the newest good checkpoint instead, {}",
-                dir.display()
-            )),
-            (None, false) => bail!(
-                "no usable checkpoint in {}:\n{}",
+    let resume_from = match dir_state(&run_dir) {
+        DirState::Foreign(names) => return Err(foreign(names)),
+        DirState::Empty => None,
+        DirState::Stub => {
+            clear_stub(&run_dir);
+            warnings.push(format!(
+                "{}: an earlier start never reached a checkpoint; its files are replaced{}",
                 run_dir.display(),
-                warnings.join("\n")
-            ),
-            _ => {}
+                if resume {
+                    " (nothing to resume: starting from step 0)"
+                } else {
+                    ""
+                }
+            ));
+            None
         }
-        chosen
-    } else {
-        if !existing.is_empty() || resolved_path.exists() {
-            bail!(
-                "run directory {} already holds a run; pass --resume to continue it, or choose another \
-                 run.name (e.g. --set run.name=NEW)",
-                run_dir.display()
-            );
+        DirState::Run if !resume => bail!(
+            "run directory {} already holds a run; pass --resume to continue it, or choose another \
+             run.name (e.g. --set run.name=NEW)",
+            run_dir.display()
+        ),
+        DirState::Run => {
+            if resolved_path.exists() {
+                check_same_config(exp, &resolved_path)?;
+                use sha2::{Digest, Sha256};
+                let prev = std::fs::read(&resolved_path)?;
+                previous_digest = Some(checkpoint::hex(&Sha256::digest(&prev)));
+            }
+            Some(newest_good_checkpoint(&run_dir, &mut warnings)?)
         }
-        None
     };
-    std::fs::create_dir_all(&run_dir).with_context(|| format!("creating {}", run_dir.display()))?;
-    if resume_from.is_none() {
-        let records = run_dir.join("metrics.jsonl");
-        if resolved_path.exists() {
-            // `--resume` of a run killed before its first checkpoint: its records would
-            // duplicate steps. They are this run's own (its resolved.toml is there).
-            std::fs::remove_file(&records).ok();
-            crate::recorder::remove_event_files(&run_dir);
-        } else if records.exists() || crate::recorder::has_event_files(&run_dir) {
-            // Never delete what sinklab did not write for this run.
-            bail!(
-                "run directory {} holds metrics.jsonl or TensorBoard event files but no resolved.toml: \
-                 they are not a sinklab run's, and sinklab will not overwrite or delete them; choose \
-                 another run.name or run.out_dir",
-                run_dir.display()
-            );
-        }
-    }
     let resumed_step = resume_from.as_ref().map(|(s, _)| *s);
     checkpoint::write_atomic(&resolved_path, exp.to_toml().as_bytes())?;
     let provenance = Provenance::collect(exp.run.device, exp.run.seed, resumed_step);
@@ -304,6 +400,8 @@ pub fn start(exp: &Experiment, resume: bool) -> Result<Start> {
     )?;
     Ok(Start {
         run_dir,
+        lock,
+        created_dir,
         previous_digest,
         resume_from,
         provenance,
@@ -311,58 +409,81 @@ pub fn start(exp: &Experiment, resume: bool) -> Result<Start> {
     })
 }
 
-/// Remove what a start that failed before step 0 wrote into `run_dir` (resolved.toml,
-/// provenance, tokenizer, data reference, records and event files, checkpoint temporaries), and the directory
-/// itself when this start created it and nothing else is left. Only called when the directory
-/// held no run before, so every such file is this start's own.
-pub fn discard_stub(run_dir: &Path, created: bool) {
-    if !run_dir.join("resolved.toml").exists() {
-        return; // the start stopped before writing anything
+/// The newest checkpoint of `run_dir` whose files match their checksums and whose state
+/// parses (stale temporaries of a killed write removed first); the ones passed over are
+/// reported in `warnings`.
+fn newest_good_checkpoint(run_dir: &Path, warnings: &mut Vec<String>) -> Result<(u64, PathBuf)> {
+    checkpoint::remove_stale_temporaries(run_dir);
+    let before = warnings.len();
+    for (step, dir) in checkpoint::list_checkpoints(run_dir).into_iter().rev() {
+        match checkpoint::verify_checkpoint(&dir).and_then(|_| read_state(&dir).map(|_| ())) {
+            Ok(()) => {
+                if warnings.len() > before {
+                    warnings.push(format!(
+                        "warning: resuming from the newest good checkpoint instead, {}",
+                        dir.display()
+                    ));
+                }
+                return Ok((step, dir));
+            }
+            Err(e) => warnings.push(format!(
+                "warning: checkpoint {} cannot be used: {e:#}",
+                dir.display()
+            )),
+        }
     }
-    for f in [
-        "resolved.toml",
-        "provenance.json",
-        "tokenizer.json",
-        "data.json",
-        "metrics.jsonl",
-        "summary.json",
-    ] {
-        std::fs::remove_file(run_dir.join(f)).ok();
+    bail!(
+        "no usable checkpoint in {}:\n{}",
+        run_dir.display(),
+        warnings[before..].join("\n")
+    )
+}
+
+/// Remove what a fresh start that failed before its first checkpoint wrote into its run
+/// directory (the start's files, records and event files, checkpoint temporaries), and the
+/// directory itself when this start created it and nothing else is left. Called with the lock
+/// held; the lock file goes last.
+pub fn discard_stub(start: &Start) {
+    let dir = &start.run_dir;
+    if start.resume_from.is_some() || dir_state(dir) != DirState::Stub {
+        return;
     }
-    crate::recorder::remove_event_files(run_dir);
-    std::fs::remove_dir(run_dir.join("checkpoints")).ok();
-    if created {
-        std::fs::remove_dir(run_dir).ok(); // only if empty
+    clear_stub(dir);
+    if start.created_dir {
+        std::fs::remove_file(dir.join(lock::LOCK_FILE)).ok();
+        std::fs::remove_dir(dir).ok(); // only if empty
     }
 }
 
-/// Refuse to resume a run whose `resolved.toml` differs from `exp`, listing what changed.
+/// Refuse to resume a run whose `resolved.toml` differs from `exp`, naming every changed key by
+/// its TOML path with the old and new values.
 pub fn check_same_config(exp: &Experiment, resolved_path: &Path) -> Result<()> {
     let prev = std::fs::read_to_string(resolved_path)?;
     let now = exp.to_toml();
+    // The run's configuration as today's sinklab reads it (defaults added since it started).
     let prev_now = toml::from_str::<toml::Table>(&prev)
         .ok()
         .and_then(|t| config::from_table("resolved.toml", t).ok())
         .map(|e| e.to_toml());
-    if prev != now && prev_now.as_deref() != Some(now.as_str()) {
-        let old_lines: std::collections::HashSet<&str> =
-            prev_now.as_deref().unwrap_or(&prev).lines().collect();
-        let changed: Vec<&str> = now
-            .lines()
-            .filter(|l| !old_lines.contains(l))
-            .take(8)
-            .collect();
-        bail!(
-            "{}: --resume with a configuration that differs from the run's resolved.toml \
-             (new or changed lines: {}); resume with the same file and --set flags, or \
-             choose a new run.name (a finished run is not extended in place: to train on from \
-             its weights, start a new run with --set 'train.init_from=\"{}\"')",
-            resolved_path.parent().unwrap_or(Path::new(".")).display(),
-            changed.join(" | "),
-            resolved_path.parent().unwrap_or(Path::new(".")).display(),
-        );
+    if prev == now || prev_now.as_deref() == Some(now.as_str()) {
+        return Ok(());
     }
-    Ok(())
+    let parse = |t: &str| toml::from_str::<toml::Table>(t).unwrap_or_default();
+    let changes = config::diff(&parse(prev_now.as_deref().unwrap_or(&prev)), &parse(&now));
+    let dir = resolved_path.parent().unwrap_or(Path::new("."));
+    bail!(
+        "{}: --resume with a configuration that differs from the run's resolved.toml:\n  {}\n\
+         resume with the same file and --set flags, or choose a new run.name (a run is not \
+         changed or extended in place: to train on from its weights, start a new run with --set \
+         'train.init_from=\"{}\"')",
+        dir.display(),
+        if changes.is_empty() {
+            "(the same keys and values written differently)".to_string()
+        } else {
+            changes.join("\n  ")
+        },
+        dir.display(),
+    );
 }
 
 /// Restore the model and optimizer of a run from its checkpoint `dir`, which must belong to

@@ -40,12 +40,22 @@ pub struct TrainSummary {
     pub first_loss: Option<f64>,
     pub last_loss: Option<f64>,
     pub last_val_loss: Option<f64>,
+    /// The step `last_val_loss` was measured at.
+    #[serde(default)]
+    pub last_val_step: Option<u64>,
     pub last_sink1: Option<f64>,
     pub tokens_per_s: f64,
-    /// Stopped early by an interrupt (Ctrl-C / SIGINT / SIGTERM) after checkpointing. Summaries
-    /// written before this field existed read as not interrupted.
+    /// Stopped before its last step after checkpointing: by an interrupt (Ctrl-C / SIGINT /
+    /// SIGTERM) or `--stop-after` (`stop_reason` says which); `--resume` continues it.
+    /// Summaries written before this field existed read as not interrupted.
     #[serde(default)]
     pub interrupted: bool,
+    /// `"signal"` or `"stop_after"` when `interrupted`.
+    #[serde(default)]
+    pub stop_reason: Option<String>,
+    /// The run's total steps (`train.steps`).
+    #[serde(default)]
+    pub total_steps: u64,
 }
 
 /// The summary of `exp`'s run if it already finished (its newest checkpoint is the last step,
@@ -78,9 +88,12 @@ impl TrainSummary {
             first_loss: None,
             last_loss: None,
             last_val_loss: None,
+            last_val_step: None,
             last_sink1: None,
             tokens_per_s: 0.0,
             interrupted: false,
+            stop_reason: None,
+            total_steps: steps_done,
         }
     }
 }
@@ -257,8 +270,7 @@ fn init_from(model: Lm, src: &std::path::Path, log: &mut dyn FnMut(&str)) -> Res
 impl<'a> Trainer<'a> {
     /// Prepare the run directory, the data, the model (restored from the newest checkpoint
     /// when resuming), the fixed validation and probe batches, the writers and the workers.
-    fn open(exp: &'a Experiment, opts: &TrainOptions, log: &mut dyn FnMut(&str)) -> Result<Self> {
-        let start = run::start(exp, opts.resume)?;
+    fn open(exp: &'a Experiment, start: &run::Start, log: &mut dyn FnMut(&str)) -> Result<Self> {
         for w in &start.warnings {
             log(w);
         }
@@ -351,7 +363,8 @@ impl<'a> Trainer<'a> {
             workers.threads_per_worker(),
             plural(workers.threads_per_worker(), "s"),
         ));
-        let summary = TrainSummary::empty(run_dir.clone(), start_step);
+        let mut summary = TrainSummary::empty(run_dir.clone(), start_step);
+        summary.total_steps = exp.train.steps;
         Ok(Self {
             exp,
             run_dir,
@@ -451,6 +464,7 @@ impl<'a> Trainer<'a> {
         }
         self.rec.scalars(step, &scalars)?;
         self.summary.last_val_loss = Some(v);
+        self.summary.last_val_step = Some(step);
         Ok(())
     }
 
@@ -494,16 +508,15 @@ pub fn train(
         ));
         return Ok(done);
     }
-    // A start that fails before step 0 is recorded leaves nothing that blocks the next attempt.
-    let had_run = exp.run_dir().join("resolved.toml").exists();
-    let dir_existed = exp.run_dir().exists();
+    // The run directory, locked for the whole of this function (`start.lock`).
+    let start = run::start(exp, opts.resume)?;
+    // A fresh start that fails before step 0 is recorded leaves nothing behind (and one killed
+    // before its first checkpoint leaves files the next start replaces).
     let discard = |e: anyhow::Error| {
-        if !had_run {
-            run::discard_stub(&exp.run_dir(), !dir_existed);
-        }
+        run::discard_stub(&start);
         e
     };
-    let mut t = Trainer::open(exp, opts, log).map_err(discard)?;
+    let mut t = Trainer::open(exp, &start, log).map_err(discard)?;
     let (start_step, total) = (t.start_step, exp.train.steps);
     if start_step == 0 {
         let first = t.evaluate(0).and_then(|_| t.probe(0));
@@ -600,7 +613,8 @@ pub fn train(
         }
         if stopping && !last {
             t.rec.flush()?;
-            t.summary.interrupted = signalled;
+            t.summary.interrupted = true;
+            t.summary.stop_reason = Some(if signalled { "signal" } else { "stop_after" }.into());
             let why = if signalled {
                 "interrupted"
             } else {

@@ -20,6 +20,13 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<()> {
+    // The report writes into the directory: one writer at a time (a run that trains, a sweep's
+    // launcher, another report hold it). TensorBoard reads a training run's curves meanwhile.
+    let _lock = if a.dir.is_dir() {
+        Some(crate::lock::acquire(&a.dir, "report")?)
+    } else {
+        None
+    };
     if !a.dir.join("sweep.json").exists() && a.dir.join("metrics.jsonl").exists() {
         let md = report::run_curves(&a.dir)?;
         println!("{md}");

@@ -2,7 +2,7 @@
 
 use crate::sweep::{self, slurm};
 use crate::train;
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
@@ -81,6 +81,16 @@ impl ClusterArgs {
 
 pub fn run(a: Args) -> Result<()> {
     let (plan, exps) = sweep::expand_into(&a.file, a.out_dir.as_deref())?;
+    // One launcher per sweep directory (a second stops at once, naming the first); the tasks
+    // of a SLURM array (`--index`) run side by side, each holding only its run's lock.
+    let _lock = match a.index {
+        Some(_) => None,
+        None => {
+            std::fs::create_dir_all(&plan.dir)
+                .with_context(|| format!("creating {}", plan.dir.display()))?;
+            Some(crate::lock::acquire(&plan.dir, "sweep")?)
+        }
+    };
     let flags = a.cluster.options();
     if a.emit.is_some() || a.submit {
         return emit_slurm(&a, &plan, &exps, &flags);
@@ -105,15 +115,19 @@ pub fn run(a: Args) -> Result<()> {
     })?;
     let o = sweep::run(&plan, &exps, a.jobs, a.index, &|m| eprintln!("{m}"))?;
     println!(
-        "sweep {}: {} done, {} skipped (already finished), {} failed, {} interrupted",
+        "sweep {}: {} done, {} skipped (already finished), {} failed, {} interrupted, {} busy",
         plan.name,
         o.done.len(),
         o.skipped.len(),
         o.failed.len(),
-        o.interrupted.len()
+        o.interrupted.len(),
+        o.busy.len()
     );
     for (name, err) in &o.failed {
         println!("failed: {name}\n  {}", err.replace('\n', "\n  "));
+    }
+    for (name, holder) in &o.busy {
+        println!("busy: {name} is being trained by another process ({holder}); left to it");
     }
     println!("report: sinklab report {}", plan.dir.display());
     if !o.interrupted.is_empty() {
@@ -122,6 +136,9 @@ pub fn run(a: Args) -> Result<()> {
     }
     if !o.failed.is_empty() {
         std::process::exit(1);
+    }
+    if !o.busy.is_empty() {
+        std::process::exit(crate::lock::EXIT_BUSY);
     }
     Ok(())
 }

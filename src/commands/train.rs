@@ -35,24 +35,59 @@ pub fn run(a: Args) -> Result<()> {
         train::INTERRUPT.store(true, std::sync::atomic::Ordering::SeqCst);
     })?;
     let summary = train::train(&exp, &opts, &mut |m| eprintln!("{m}"))?;
-    if summary.interrupted {
+    let s = &summary;
+    let val = match (s.last_val_loss, s.last_val_step) {
+        (Some(v), Some(at)) => format!("val loss {v:.4} (step {at})"),
+        _ => "no validation loss".to_string(),
+    };
+    if s.interrupted {
+        let why = match s.stop_reason.as_deref() {
+            Some("stop_after") => "--stop-after",
+            _ => "interrupted",
+        };
         eprintln!(
-            "interrupted after step {}: checkpointed; continue with --resume",
-            summary.steps_done
+            "stopped after step {} of {} ({why}), {val}: checkpointed in {}; continue with `{}`",
+            s.steps_done,
+            s.total_steps,
+            s.run_dir.display(),
+            resume_command()
         );
-        std::process::exit(130);
+        if why == "interrupted" {
+            std::process::exit(130);
+        }
+        return Ok(());
     }
     println!(
-        "done: {} steps, loss {:.4} -> {:.4}, val loss {:.4}, Sink1(eps={HEADLINE_EPS}) {:.1}%, \
+        "done: {} steps, loss {:.4} -> {:.4}, {val}, Sink1(eps={HEADLINE_EPS}) {:.1}%, \
          {:.0} tokens/s\nrun directory: {}\nview: tensorboard --logdir {}",
-        summary.steps_done,
-        summary.first_loss.unwrap_or(f64::NAN),
-        summary.last_loss.unwrap_or(f64::NAN),
-        summary.last_val_loss.unwrap_or(f64::NAN),
-        summary.last_sink1.unwrap_or(f64::NAN),
-        summary.tokens_per_s,
-        summary.run_dir.display(),
-        summary.run_dir.display()
+        s.steps_done,
+        s.first_loss.unwrap_or(f64::NAN),
+        s.last_loss.unwrap_or(f64::NAN),
+        s.last_sink1.unwrap_or(f64::NAN),
+        s.tokens_per_s,
+        s.run_dir.display(),
+        s.run_dir.display()
     );
     Ok(())
+}
+
+/// This command line as `--resume` of the same run: `--stop-after N` dropped, `--resume` added.
+fn resume_command() -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut args = std::env::args();
+    while let Some(a) = args.next() {
+        if a == "--stop-after" {
+            args.next();
+        } else if !a.starts_with("--stop-after=") {
+            out.push(if a.contains([' ', '"', '\'', '{']) {
+                format!("'{}'", a.replace('\'', "'\\''"))
+            } else {
+                a
+            });
+        }
+    }
+    if !out.iter().any(|a| a == "--resume") {
+        out.push("--resume".into());
+    }
+    out.join(" ")
 }

@@ -33,3 +33,33 @@ pub fn is_plain_name(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
         && !name.chars().all(|c| c == '.')
 }
+
+/// The differences between two configurations as TOML tables, one line per key by its dotted
+/// path: `model.attention.normaliser.kind: "softmax" → "relu"`, `… (added) = v`, `… (removed)`.
+/// Tables are compared key by key, so a value that appears elsewhere in the file (another
+/// table's `kind = "relu"`) does not hide a change.
+pub fn diff(old: &toml::Table, new: &toml::Table) -> Vec<String> {
+    fn walk(prefix: &str, old: &toml::Table, new: &toml::Table, out: &mut Vec<String>) {
+        let keys: std::collections::BTreeSet<&String> = old.keys().chain(new.keys()).collect();
+        for k in keys {
+            let path = if prefix.is_empty() {
+                k.clone()
+            } else {
+                format!("{prefix}.{k}")
+            };
+            match (old.get(k), new.get(k)) {
+                (Some(toml::Value::Table(a)), Some(toml::Value::Table(b))) => {
+                    walk(&path, a, b, out)
+                }
+                (Some(a), Some(b)) if a != b => out.push(format!("{path}: {a} → {b}")),
+                (Some(_), Some(_)) => {}
+                (None, Some(b)) => out.push(format!("{path} (added) = {b}")),
+                (Some(a), None) => out.push(format!("{path} (removed; was {a})")),
+                (None, None) => {}
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk("", old, new, &mut out);
+    out
+}

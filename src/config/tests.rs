@@ -228,3 +228,28 @@ fn the_sum_kernel_normaliser_needs_elu1_and_the_eps_grid_needs_the_headline_eps(
     assert!(err.to_string().contains("lacks 0.3"), "{err}");
     assert!(from_str("eps.toml", "[metrics]\neps = [0.3]\n").is_ok());
 }
+
+#[test]
+fn diff_names_changed_keys_by_path_even_when_the_new_line_exists_elsewhere() {
+    let old: toml::Table = toml::from_str(
+        "[model.ffn]\nkind = \"relu\"\n[model.attention.normaliser]\nkind = \"softmax\"\n\
+         [optim]\nlr = 0.003\nbetas = [0.9, 0.99]\n",
+    )
+    .unwrap();
+    let new: toml::Table = toml::from_str(
+        "[model.ffn]\nkind = \"relu\"\n[model.attention.normaliser]\nkind = \"relu\"\n\
+         [optim]\nlr = 0.003\nbetas = [0.9, 0.95]\nwarm = 1\n",
+    )
+    .unwrap();
+    let d = super::diff(&old, &new);
+    assert_eq!(
+        d,
+        vec![
+            "model.attention.normaliser.kind: \"softmax\" → \"relu\"".to_string(),
+            "optim.betas: [0.9, 0.99] → [0.9, 0.95]".to_string(),
+            "optim.warm (added) = 1".to_string(),
+        ]
+    );
+    assert!(super::diff(&old, &old).is_empty());
+    assert_eq!(super::diff(&new, &old)[2], "optim.warm (removed; was 1)");
+}

@@ -27,7 +27,7 @@ use crate::config::{
     TokenizerConfig, TrainConfig,
 };
 use crate::model::Lm;
-use crate::run::CheckpointState;
+use crate::run::{CheckpointState, DirState};
 use anyhow::{Context, Result, anyhow, bail};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -267,12 +267,63 @@ pub fn import(
     device: &burn::tensor::Device,
     log: &mut dyn FnMut(&str),
 ) -> Result<ImportSummary> {
-    if out.exists() {
-        bail!(
-            "{}: already exists; choose another --out (import never overwrites a run)",
-            out.display()
-        );
+    // The run directory is locked from the start (one writer at a time); it may exist only
+    // empty or holding what a start that never reached a checkpoint left.
+    let refuse_existing = |out: &Path| -> Result<()> {
+        match crate::run::dir_state(out) {
+            DirState::Empty | DirState::Stub => Ok(()),
+            DirState::Run => bail!(
+                "{}: already holds a run; choose another --out (import never overwrites a run)",
+                out.display()
+            ),
+            DirState::Foreign(names) => bail!(
+                "{}: holds files sinklab did not write ({}); choose another --out",
+                out.display(),
+                names.join(", ")
+            ),
+        }
+    };
+    if let Some(holder) = crate::lock::holder(out) {
+        return Err(crate::lock::Busy {
+            dir: out.to_path_buf(),
+            holder: Some(holder),
+        }
+        .into());
     }
+    refuse_existing(out)?;
+    let created = !out.exists();
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+    let lock = crate::lock::acquire(out, "import");
+    let lock = match lock.and_then(|l| refuse_existing(out).map(|_| l)) {
+        Ok(l) => l,
+        Err(e) => {
+            if created && !crate::lock::is_busy(&e) {
+                std::fs::remove_file(out.join(crate::lock::LOCK_FILE)).ok();
+                std::fs::remove_dir(out).ok();
+            }
+            return Err(e);
+        }
+    };
+    let imported = import_locked(src, out, ctx, run_device, device, log);
+    if imported.is_err() && created {
+        // Nothing of a failed import stays (the lock file goes last, the lock still held).
+        crate::run::clear_stub(out);
+        std::fs::remove_file(out.join(crate::lock::LOCK_FILE)).ok();
+        std::fs::remove_dir(out).ok();
+    }
+    drop(lock);
+    imported
+}
+
+/// [`import`] once `out` is locked.
+fn import_locked(
+    src: &Path,
+    out: &Path,
+    ctx: Option<usize>,
+    run_device: Option<crate::config::DeviceKind>,
+    device: &burn::tensor::Device,
+    log: &mut dyn FnMut(&str),
+) -> Result<ImportSummary> {
     let imp = read(src, log)?;
     let max_ctx = imp.source["max_positions"].as_u64().unwrap_or(2048) as usize;
     let ctx = match ctx {
@@ -392,7 +443,23 @@ pub fn import(
         )?;
         Ok(())
     })();
-    checkpoint::publish_dir(written, &tmp, out, "the imported run")?;
+    // Into the locked directory: an earlier start's stub files replaced, the checkpoint last
+    // (a run directory is a run once its checkpoint is there).
+    let moved = written.and_then(|_| {
+        crate::run::clear_stub(out);
+        for name in [
+            "tokenizer.json",
+            "resolved.toml",
+            "provenance.json",
+            "checkpoints",
+        ] {
+            std::fs::rename(tmp.join(name), out.join(name))
+                .with_context(|| format!("moving the imported {name} into {}", out.display()))?;
+        }
+        Ok(())
+    });
+    std::fs::remove_dir_all(&tmp).ok();
+    moved?;
     exp.run.out_dir = parent.to_path_buf();
     Ok(ImportSummary {
         run_dir: out.to_path_buf(),

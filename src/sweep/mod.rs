@@ -471,6 +471,8 @@ pub struct SweepOutcome {
     pub skipped: Vec<String>,
     pub failed: Vec<(String, String)>,
     pub interrupted: Vec<String>,
+    /// Runs another process was training (name, holder).
+    pub busy: Vec<(String, String)>,
 }
 
 /// The last `lines` non-blank lines of `path` written after byte `from` (this attempt's output).
@@ -496,7 +498,23 @@ fn run_child(
         .create(true)
         .append(true)
         .open(&log_path)?;
-    let attempts = read_status(&plan.dir, &run.name).map_or(0, |s| s.attempts) + 1;
+    // A run another process trains (a second launcher, a re-queued SLURM task) is left to it:
+    // its status is that process's to write.
+    let busy = |holder: String| RunStatus {
+        state: "busy".into(),
+        attempts: 0,
+        error: Some(holder),
+        exit_code: Some(crate::lock::EXIT_BUSY),
+        seconds: 0.0,
+    };
+    if let Some(h) = crate::lock::holder(&plan.dir.join(&run.name)) {
+        return Ok(busy(format!(
+            "pid {} on host {} since {}",
+            h.pid, h.host, h.since
+        )));
+    }
+    let previous = read_status(&plan.dir, &run.name);
+    let attempts = previous.as_ref().map_or(0, |s| s.attempts) + 1;
     {
         use std::io::Write;
         writeln!(log, "=== sinklab sweep: attempt {attempts} ===")?;
@@ -547,6 +565,17 @@ fn run_child(
         .expect("children lock")
         .retain(|&p| p != child.id());
     let code = status.code();
+    if code == Some(crate::lock::EXIT_BUSY) {
+        // Lost the race for the run's lock: the holder (named in the log) trains it.
+        write_status(&RunStatus {
+            state: "running".into(),
+            attempts: attempts - 1,
+            error: None,
+            exit_code: None,
+            seconds: 0.0,
+        })?;
+        return Ok(busy(tail(&log_path, log_start, 1)));
+    }
     let summary: Option<TrainSummary> =
         std::fs::read_to_string(plan.dir.join(&run.name).join("summary.json"))
             .ok()
@@ -636,34 +665,44 @@ pub fn run(
                         break;
                     };
                     let run = &plan.runs[i];
-                    bar.println(format!("start {}", run.name));
+                    crate::progress::say(&bar, format!("start {}", run.name));
                     let res = run_child(&exe, plan, run, threads, &children);
                     let mut o = outcome.lock().expect("outcome");
                     match res {
                         Ok(s) if s.state == "done" => {
-                            bar.println(format!("done  {} ({:.0} s)", run.name, s.seconds));
+                            crate::progress::say(
+                                &bar,
+                                format!("done  {} ({:.0} s)", run.name, s.seconds),
+                            );
                             if let Err(e) =
                                 hparams::write_session(&exps[i].run_dir(), run, s.seconds)
                             {
-                                bar.println(format!("warning: {}: {e:#}", run.name));
+                                crate::progress::say(&bar, format!("warning: {}: {e:#}", run.name));
                             }
                             o.done.push(run.name.clone());
                         }
+                        Ok(s) if s.state == "busy" => {
+                            let h = s.error.unwrap_or_default();
+                            crate::progress::say(
+                                &bar,
+                                format!("busy  {}: another process trains it ({h})", run.name),
+                            );
+                            o.busy.push((run.name.clone(), h));
+                        }
                         Ok(s) if s.state == "interrupted" => {
-                            bar.println(format!("interrupted {}", run.name));
+                            crate::progress::say(&bar, format!("interrupted {}", run.name));
                             o.interrupted.push(run.name.clone());
                         }
                         Ok(s) => {
                             let e = s.error.unwrap_or_default();
-                            bar.println(format!(
-                                "FAILED {}: {}",
-                                run.name,
-                                e.lines().last().unwrap_or("")
-                            ));
+                            crate::progress::say(
+                                &bar,
+                                format!("FAILED {}: {}", run.name, e.lines().last().unwrap_or("")),
+                            );
                             o.failed.push((run.name.clone(), e));
                         }
                         Err(e) => {
-                            bar.println(format!("FAILED {}: {e:#}", run.name));
+                            crate::progress::say(&bar, format!("FAILED {}: {e:#}", run.name));
                             o.failed.push((run.name.clone(), format!("{e:#}")));
                         }
                     }

@@ -321,19 +321,35 @@ fn import_errors_name_the_file_and_leave_nothing_behind() {
     let empty = dir.path().join("empty_dir");
     std::fs::create_dir(&empty).unwrap();
     fail(&empty, "empty_dir");
-    // an existing destination is never overwritten
+    // an existing run or someone else's files are never overwritten; an empty directory (or
+    // the stub of a start that never reached a checkpoint) takes the import
+    let tiny = |out: &Path| {
+        interop::import(
+            &fixtures().join("tiny/tiny-F32.gguf"),
+            out,
+            None,
+            None,
+            &common::device(),
+            &mut |_| {},
+        )
+    };
     std::fs::create_dir_all(runs.join("taken")).unwrap();
-    let e = interop::import(
-        &fixtures().join("tiny/tiny-F32.gguf"),
-        &runs.join("taken"),
-        None,
-        None,
-        &common::device(),
-        &mut |_| {},
-    )
-    .err()
-    .unwrap();
-    assert!(format!("{e:#}").contains("already exists"), "{e:#}");
+    tiny(&runs.join("taken")).unwrap();
+    let e = tiny(&runs.join("taken")).err().unwrap();
+    assert!(format!("{e:#}").contains("already holds a run"), "{e:#}");
+    std::fs::create_dir_all(runs.join("notes")).unwrap();
+    std::fs::write(runs.join("notes/notes.txt"), "mine").unwrap();
+    let e = tiny(&runs.join("notes")).err().unwrap();
+    assert!(format!("{e:#}").contains("notes.txt"), "{e:#}");
+    let left: Vec<_> = std::fs::read_dir(runs.join("notes"))
+        .unwrap()
+        .flatten()
+        .collect();
+    assert_eq!(
+        left.len(),
+        1,
+        "the refused import wrote into someone else's directory"
+    );
 }
 
 /// The twelve Hugging Face directories of `reference_hf.py make`, generated at test time.

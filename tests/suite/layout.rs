@@ -11,8 +11,9 @@ const MAX_LINES: usize = 800;
 
 /// The layers of `src/`, bottom first (README.md "Architecture", src/lib.rs): a module may use
 /// only modules before it.
-const ORDER: [&str; 25] = [
+const ORDER: [&str; 26] = [
     "spa",
+    "lock",
     "checkpoint",
     "tensorboard",
     "plot",

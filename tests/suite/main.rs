@@ -11,6 +11,7 @@ mod interop;
 mod layout;
 mod metrics_golden;
 mod model_golden;
+mod one_writer;
 mod reliability;
 mod skipless;
 mod slurm;

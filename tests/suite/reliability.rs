@@ -17,7 +17,8 @@ fn opts(resume: bool) -> TrainOptions {
     }
 }
 
-/// Every file under `dir` with its bytes, sorted by path.
+/// Every file under `dir` with its bytes, sorted by path; the lock file (which names the last
+/// process that held it) aside.
 fn snapshot(dir: &Path) -> Vec<(String, Vec<u8>)> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
@@ -26,6 +27,8 @@ fn snapshot(dir: &Path) -> Vec<(String, Vec<u8>)> {
             let p = e.path();
             if p.is_dir() {
                 stack.push(p);
+            } else if e.file_name() == sinklab::lock::LOCK_FILE {
+                continue;
             } else {
                 out.push((p.display().to_string(), std::fs::read(&p).unwrap()));
             }
@@ -118,7 +121,7 @@ fn resuming_a_finished_run_changes_nothing_and_extending_it_says_how() {
             .unwrap()
     );
     assert!(
-        err.contains("train.init_from") && err.contains("steps = 16"),
+        err.contains("train.init_from") && err.contains("train.steps: 8 → 16"),
         "{err}"
     );
     assert_eq!(snapshot(&exp.run_dir()), before);
@@ -473,4 +476,48 @@ fn config_errors_name_the_file_or_set_flag_that_holds_the_mistake() {
     let e = p("e.toml", "[run]\nname = \"x\"\n[model\nd_model = 3\n");
     let err = config::load(&e, &[]).unwrap_err().to_string();
     assert!(err.contains("line 3, column 7"), "{err}");
+}
+
+#[test]
+fn stop_after_says_it_stopped_how_to_resume_and_records_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let exp = tiny_experiment(dir.path(), "stop", &[]);
+    let file = dir.path().join("stop.toml");
+    let (code, out) = sinklab_output(
+        Some(dir.path()),
+        &[
+            "train",
+            file.to_str().unwrap(),
+            "--stop-after",
+            "3",
+            "--quiet",
+        ],
+    );
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("stopped after step 3 of 8 (--stop-after)")
+            && out.contains("val loss")
+            && out.contains("(step 0)")
+            && out.contains("--quiet --resume`")
+            && !out.contains("done:"),
+        "{out}"
+    );
+    let s: sinklab::train::TrainSummary =
+        serde_json::from_value(read_json(&exp.run_dir().join("summary.json"))).unwrap();
+    assert!(s.interrupted);
+    assert_eq!(s.stop_reason.as_deref(), Some("stop_after"));
+    assert_eq!(
+        (s.steps_done, s.total_steps, s.last_val_step),
+        (3, 8, Some(0))
+    );
+    // the printed command continues the run to its end
+    let (code, out) = sinklab_output(
+        Some(dir.path()),
+        &["train", file.to_str().unwrap(), "--quiet", "--resume"],
+    );
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("done: 8 steps") && out.contains("(step 8)"),
+        "{out}"
+    );
 }
