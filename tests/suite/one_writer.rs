@@ -307,6 +307,11 @@ fn a_sweep_started_twice_at_once_trains_each_run_once() {
         codes.contains(&lock::EXIT_BUSY) && codes.contains(&0),
         "{codes:?}\n{oa}\n{ob}\n{o0}"
     );
+    // Without a terminal the launcher still says what it does, run by run.
+    assert!(
+        o0.contains("start lr-0.003_seed0") && o0.contains("done  lr-0.003_seed0"),
+        "{o0}"
+    );
     // A third launch finishes whatever was left to a holder that has gone, or skips it.
     let (code, out) = sinklab_output(Some(dir.path()), &["sweep", sweep.to_str().unwrap()]);
     assert_eq!(code, 0, "{out}");
