@@ -7,7 +7,7 @@ compares it with an expected JSON file:
 
     {
       "scalars":    {"tag": [[step, value], ...]},
-      "images":     {"tag": [[step, width, height], ...]},
+      "images":     {"tag": [[step, width, height], ...]},   # or [step, width, height, sha256]
       "histograms": {"tag": [[step, num, min, max, sum], ...]},
       "texts":      {"tag": [[step, "text"], ...]},
       "rel_tol": 1e-6,          # optional (default 1e-6); scalars are stored as float32
@@ -15,7 +15,8 @@ compares it with an expected JSON file:
     }
 
 Every expected tag must be present with exactly the expected steps (order-insensitive,
-duplicates count) and values within tolerance. Tags present but not expected are ignored.
+duplicates count) and values within tolerance; an image with a fourth element must be exactly
+the PNG whose SHA-256 (hex) that is. Tags present but not expected are ignored.
 Beyond the comparison it also checks, and fails on:
   * every record of every event file passes the CRC checks of TensorBoard's record reader (the
     accumulator itself silently stops at a corrupt record);
@@ -37,6 +38,7 @@ diff is printed), 2 on usage errors or when the `tensorboard` package is missing
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -204,6 +206,8 @@ def compare_tag(report, acc, kind, tag, expected, rel_tol, abs_tol):
                 report.error(f"{where}: encoded image is not a PNG")
             elif size != (width, height):
                 report.error(f"{where}: proto says width {width} x height {height} but the PNG header says width {size[0]} x height {size[1]}")
+            if len(w) > 3 and hashlib.sha256(png).hexdigest() != w[3]:
+                report.error(f"{where}: the PNG's SHA-256 is {hashlib.sha256(png).hexdigest()}, expected {w[3]}")
         elif kind == "histograms":
             h = g[1]
             fields = (("num", h.num), ("min", h.min), ("max", h.max), ("sum", h.sum))

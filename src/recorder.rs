@@ -2,8 +2,9 @@
 //! together, plus the per-head sink map image and histogram and text cards.
 
 use crate::checkpoint;
-use crate::metrics::SinkReport;
-use crate::tensorboard::{EventWriter, heatmap_rgb, plugins};
+use crate::metrics::{Proxy, SinkReport};
+use crate::plot::{self, Heatmap};
+use crate::tensorboard::{EventWriter, plugins};
 use anyhow::{Context, Result};
 use std::io::Write;
 use std::path::Path;
@@ -55,6 +56,33 @@ fn layout() -> Vec<u8> {
 
 fn regex_escape(s: &str) -> String {
     s.replace('.', r"\.")
+}
+
+/// The first-token importance α₁ of every head, `rows[layer][head]`, as a heat map: layers
+/// down, heads across, viridis over 0..1 with a colour bar, each value written in its cell.
+/// `sinklab analyze` draws `importance_first.png` with it.
+pub fn importance_map(rows: &[Vec<f64>], title: &str) -> Result<Vec<u8>> {
+    plot::heatmap(&Heatmap {
+        title,
+        x_label: "head",
+        y_label: "layer",
+        rows,
+        x_ticks: None,
+        y_ticks: None,
+        range: Some((0.0, 1.0)),
+        annotate: true,
+    })
+}
+
+/// The training run's TensorBoard image `sink/importance_first_map`: [`importance_map`] of
+/// the probe set's α₁ (α₁* for a normaliser read through its proxy). The title carries no
+/// step (TensorBoard shows it), so every step's image has the same size.
+pub fn sink_map_png(rows: &[Vec<f64>], proxy: Proxy) -> Result<Vec<u8>> {
+    let star = if proxy == Proxy::Weights { "" } else { "*" };
+    importance_map(
+        rows,
+        &format!("first-token importance α₁{star} (probe set)"),
+    )
 }
 
 /// Whether `dir` holds TensorBoard event files (directly).
@@ -150,14 +178,16 @@ impl Recorder {
         Ok(())
     }
 
-    pub fn sink_map(&mut self, step: u64, report: &SinkReport) -> Result<()> {
-        let rows = report.importance_first.len();
-        let cols = report.importance_first.first().map_or(0, Vec::len);
+    /// The first-token importance of every (layer, head) at `step`: the heat map
+    /// [`sink_map_png`] as the image `sink/importance_first_map`, and the values as the
+    /// histogram `sink/importance_first_hist`.
+    pub fn sink_map(&mut self, step: u64, report: &SinkReport, proxy: Proxy) -> Result<()> {
         let values: Vec<f64> = report.importance_first.iter().flatten().copied().collect();
-        let (w, h, px) = heatmap_rgb(&values, rows, cols, 16, 0.0, 1.0);
+        let png = sink_map_png(&report.importance_first, proxy)?;
+        let (w, h) = plot::png_size(&png)?;
         let at = self.tb.path().display().to_string();
         self.tb
-            .add_image_rgb("sink/importance_first_map", step as i64, w, h, &px)
+            .add_png("sink/importance_first_map", step as i64, w, h, png)
             .and_then(|_| {
                 self.tb
                     .add_histogram("sink/importance_first_hist", step as i64, &values)

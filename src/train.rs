@@ -481,7 +481,8 @@ impl<'a> Trainer<'a> {
         let mut scalars = report.scalars();
         scalars.extend(gain_scalars(self.model()));
         self.rec.scalars(step, &scalars)?;
-        self.rec.sink_map(step, &report)?;
+        let proxy = crate::metrics::Proxy::for_normaliser(&self.exp.model.attention.normaliser);
+        self.rec.sink_map(step, &report, proxy)?;
         self.rec.flush()?;
         self.summary.last_sink1 = report.sink1();
         Ok(())

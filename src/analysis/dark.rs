@@ -8,7 +8,7 @@ use crate::dark::{self, Bands};
 use crate::eval::{eval_loss, eval_loss_filtered, hidden_inputs, probe_report};
 use crate::metrics::{HEADLINE_EPS, Proxy};
 use crate::model::StreamFilter;
-use crate::plot::{self, Heatmap, LinePlot, Series};
+use crate::plot::{self, Heatmap, LinePlot, Scale, Series};
 use crate::run::OpenRun;
 use anyhow::{Result, bail};
 use burn::tensor::Tensor;
@@ -387,8 +387,8 @@ pub fn dark(run: &OpenRun, o: &DarkOptions, log: &mut dyn FnMut(&str)) -> Result
             x_label: "k",
             y_label: "ΔNLL (nats/token)",
             series: &series,
-            log_x: false,
-            log_y: false,
+            x_scale: Scale::Integer,
+            y_scale: Scale::Linear,
             hlines: &[("unfiltered".to_string(), 0.0)],
             vlines: &[],
             markers: true,

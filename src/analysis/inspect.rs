@@ -6,7 +6,7 @@
 use super::geometry::{
     Bar, QkHead, channel_stats, find_bars, norms_by_position, qk_geometry, received_stats,
 };
-use super::probes::{batch_of, probe_batches, token_text};
+use super::probes::{batch_of, probe_batches, token_label, token_text};
 use super::{Output, unembedding_bands};
 use crate::dark::Bands;
 use crate::data::{Batch, Sampler};
@@ -14,7 +14,7 @@ use crate::eval::probe_each;
 use crate::metrics::{
     Array, HEADLINE_EPS, LayerArrays, LayerSummary, Proxy, SinkReport, eps_name, uniform_first_mass,
 };
-use crate::plot::{self, Bars, Heatmap, LinePlot, Series};
+use crate::plot::{self, Bars, Heatmap, LinePlot, Scale, Series};
 use crate::run::OpenRun;
 use anyhow::{Context, Result, bail};
 use std::collections::BTreeMap;
@@ -121,16 +121,10 @@ pub fn analyze(
     let (kinds, natural) =
         probe_all_kinds(run, o, len, k_max, natural_text, &bands, &mut out, log)?;
     let star = &metric[4..];
-    let png = plot::heatmap(&Heatmap {
-        title: &format!("first-token importance α₁{star} (natural text)"),
-        x_label: "head",
-        y_label: "layer",
-        rows: &natural.report.importance_first,
-        x_ticks: None,
-        y_ticks: None,
-        range: Some((0.0, 1.0)),
-        annotate: true,
-    })?;
+    let png = crate::recorder::importance_map(
+        &natural.report.importance_first,
+        &format!("first-token importance α₁{star} (natural text)"),
+    )?;
     out.png("importance_first.png", "analyze/importance_first", png)?;
     let mut clock = std::time::Instant::now();
     let mut lap = |name: &str, log: &mut dyn FnMut(&str)| {
@@ -325,8 +319,8 @@ fn probe_all_kinds(
             x_label: "k (key position, 1-based)",
             y_label: "% of (layer, head, sequence)",
             series: &series,
-            log_x: false,
-            log_y: false,
+            x_scale: Scale::Integer,
+            y_scale: Scale::Linear,
             hlines: &[],
             vlines: &[],
             markers: true,
@@ -378,8 +372,8 @@ fn activations(natural: &Natural, out: &mut Output) -> Result<Vec<LayerActivatio
         x_label: "layer (block output)",
         y_label: "magnitude",
         series: &act_series,
-        log_x: false,
-        log_y: true,
+        x_scale: Scale::Integer,
+        y_scale: Scale::Log,
         hlines: &[],
         vlines: &[],
         markers: true,
@@ -463,8 +457,8 @@ fn qk_section(qk: &[Vec<QkHead>], out: &mut Output) -> Result<Vec<Vec<QkHead>>> 
             x_label: "layer",
             y_label,
             series: &[first, rest],
-            log_x: false,
-            log_y: false,
+            x_scale: Scale::Integer,
+            y_scale: Scale::Linear,
             hlines: &[],
             vlines: &[],
             markers: true,
@@ -570,7 +564,7 @@ fn bars_section(
     let shown: Vec<usize> = (0..t).filter(|&k| stats[k].is_some()).collect();
     let labels: Vec<String> = shown
         .iter()
-        .map(|&k| format!("{k}:{}", token_text(&run.data, batch.inputs[bs * t + k])))
+        .map(|&k| format!("{k}:{}", token_label(&run.data, batch.inputs[bs * t + k])))
         .collect();
     let values: Vec<f64> = shown.iter().map(|&k| stats[k].expect("shown").0).collect();
     let err: Vec<f64> = shown.iter().map(|&k| stats[k].expect("shown").1).collect();
@@ -669,7 +663,7 @@ fn maps_section(
     );
     let ticks: Vec<String> = map_tokens
         .iter()
-        .map(|&x| token_text(&run.data, x))
+        .map(|&x| token_label(&run.data, x))
         .collect();
     let mut files = Vec::new();
     for &(l, h) in &maps {

@@ -68,10 +68,21 @@ pub fn probe_batches(
     ])
 }
 
-/// A token as readable text (its decoded string, quoted), for plots and tables.
+/// A token as readable text (its decoded string, quoted), for tables and JSON.
 pub fn token_text(data: &Dataset, t: u32) -> String {
     data.tokenizer
         .decode(&[t])
         .map(|s| format!("{s:?}"))
         .unwrap_or_else(|_| format!("#{t}"))
+}
+
+/// A token as a plot label: its text with each space shown as `␣` (the plot makes control
+/// characters visible and cuts long labels), `∅` for an empty one, `#id` if it does not
+/// decode.
+pub fn token_label(data: &Dataset, t: u32) -> String {
+    match data.tokenizer.decode(&[t]) {
+        Ok(s) if s.is_empty() => "∅".into(),
+        Ok(s) => s.replace(' ', "␣"),
+        Err(_) => format!("#{t}"),
+    }
 }

@@ -251,8 +251,8 @@ pub fn stream_eval(
         x_label: "position (token index)",
         y_label: "perplexity",
         series: &series,
-        log_x: false,
-        log_y: true,
+        x_scale: crate::plot::Scale::Linear,
+        y_scale: crate::plot::Scale::Log,
         hlines: &[],
         vlines: &[
             (format!("L = {budget} (eviction starts)"), budget as f64),

@@ -10,7 +10,7 @@
 //! - `plots/curves.md`: those values at a few steps.
 
 use super::read_metrics;
-use crate::plot::{self, LinePlot, Series};
+use crate::plot::{self, LinePlot, Scale, Series};
 use anyhow::{Result, bail};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -44,7 +44,7 @@ fn series(records: &Records, prefix: &str, rename: &dyn Fn(&str) -> String) -> V
         .collect()
 }
 
-fn chart(path: &Path, title: &str, y: &str, series: &[Series], log_y: bool) -> Result<bool> {
+fn chart(path: &Path, title: &str, y: &str, series: &[Series], y_scale: Scale) -> Result<bool> {
     if series.is_empty() {
         return Ok(false);
     }
@@ -53,8 +53,8 @@ fn chart(path: &Path, title: &str, y: &str, series: &[Series], log_y: bool) -> R
         x_label: "step",
         y_label: y,
         series,
-        log_x: false,
-        log_y,
+        x_scale: Scale::Linear,
+        y_scale,
         hlines: &[],
         vlines: &[],
         markers: false,
@@ -98,26 +98,26 @@ pub fn run_curves(run_dir: &Path) -> Result<String> {
             "Sink₁: % of (sequence, head) pairs with α₁ > ε",
             "Sink₁ (%)",
             &sink,
-            false,
+            Scale::Linear,
         ),
         (
             "heads.png",
             "attention importance of token 1, per head",
             "α₁",
             &heads,
-            false,
+            Scale::Linear,
         ),
-        ("loss.png", "loss", "nats per token", &losses, false),
+        ("loss.png", "loss", "nats per token", &losses, Scale::Linear),
         (
             "drain.png",
             "value drain per head; massive-activation ratio per layer",
             "ratio",
             &drain,
-            true,
+            Scale::Log,
         ),
     ];
-    for (file, title, y, s, log_y) in charts {
-        if chart(&dir.join(file), &format!("{name}: {title}"), y, s, log_y)? {
+    for (file, title, y, s, y_scale) in charts {
+        if chart(&dir.join(file), &format!("{name}: {title}"), y, s, y_scale)? {
             writeln!(md, "![{file}]({file})\n")?;
         }
     }

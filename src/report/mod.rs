@@ -15,7 +15,7 @@
 mod curves;
 pub use curves::run_curves;
 
-use crate::plot::{self, Bars, LinePlot, Series};
+use crate::plot::{self, Bars, LinePlot, Scale, Series};
 use crate::sweep::{self, Plan, RunPlan};
 use anyhow::{Context, Result};
 use serde::Serialize;
@@ -609,8 +609,8 @@ fn plots(
                     x_label: label,
                     y_label: "Sink (%)",
                     series: &series,
-                    log_x,
-                    log_y: false,
+                    x_scale: if log_x { Scale::Log } else { Scale::Linear },
+                    y_scale: Scale::Linear,
                     hlines: &[],
                     vlines: &[],
                     markers: true,
@@ -683,8 +683,8 @@ fn plots(
         x_label: "step",
         y_label: "Sink₁ (%)",
         series: &series,
-        log_x: false,
-        log_y: false,
+        x_scale: Scale::Linear,
+        y_scale: Scale::Linear,
         hlines: &[(format!("threshold {threshold}%"), threshold)],
         vlines: &[],
         markers: false,

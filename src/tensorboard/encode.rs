@@ -1,5 +1,5 @@
 //! Encoding for the event-file writer: TFRecord framing with masked CRC-32C, the hand-written
-//! protobuf messages, histograms, PNG images and the viridis heat-map colouring.
+//! protobuf messages, histograms and PNG images.
 
 use super::FILE_VERSION;
 use std::io;
@@ -414,88 +414,4 @@ pub(super) fn build_histogram(values: &[f64], n_buckets: usize) -> Histogram {
         bucket_limit: (1..=n_buckets).map(edge).collect(),
         bucket: counts,
     }
-}
-
-/// Nine samples of matplotlib's *viridis* colormap at `t = 0, 1/8, ..., 1`.
-pub(super) const VIRIDIS: [[u8; 3]; 9] = [
-    [0x44, 0x01, 0x54],
-    [0x47, 0x2d, 0x7b],
-    [0x3b, 0x52, 0x8b],
-    [0x2c, 0x72, 0x8e],
-    [0x21, 0x91, 0x8c],
-    [0x28, 0xae, 0x80],
-    [0x5e, 0xc9, 0x62],
-    [0xad, 0xdc, 0x30],
-    [0xfd, 0xe7, 0x25],
-];
-
-/// Colour used by [`heatmap_rgb`] for NaN entries (magenta: not part of viridis).
-pub const HEATMAP_NAN_RGB: [u8; 3] = [255, 0, 255];
-
-/// Maps `t` in `[0, 1]` (clamped) to an approximate viridis colour by linear interpolation in
-/// a 9-entry lookup table.
-pub fn viridis(t: f64) -> [u8; 3] {
-    let t = if t.is_nan() { 0.0 } else { t.clamp(0.0, 1.0) };
-    let x = t * (VIRIDIS.len() - 1) as f64;
-    let i = (x.floor() as usize).min(VIRIDIS.len() - 2);
-    let f = x - i as f64;
-    let (a, b) = (VIRIDIS[i], VIRIDIS[i + 1]);
-    std::array::from_fn(|c| (f64::from(a[c]) * (1.0 - f) + f64::from(b[c]) * f).round() as u8)
-}
-
-/// Renders a `rows × cols` matrix (row-major `values`) as an RGB image with `cell × cell`
-/// pixels per entry, coloured with an approximate viridis colormap (dark purple at `vmin`,
-/// yellow at `vmax`; values outside are clamped, NaN is [`HEATMAP_NAN_RGB`]).
-///
-/// Returns `(width, height, pixels)` with `width = cols * cell`, `height = rows * cell` and
-/// `pixels` row-major RGB (`width * height * 3` bytes), ready for
-/// [`EventWriter::add_image_rgb`]. Entry `(r, c)` appears `r` cells down and `c` cells right
-/// of the top-left corner. If `vmax <= vmin` (or either is not finite) every finite value
-/// above `vmin` maps to the top colour and the rest to the bottom one. A `cell` of 0 counts
-/// as 1.
-///
-/// # Panics
-/// If `values.len() < rows * cols`.
-pub fn heatmap_rgb(
-    values: &[f64],
-    rows: usize,
-    cols: usize,
-    cell: usize,
-    vmin: f64,
-    vmax: f64,
-) -> (usize, usize, Vec<u8>) {
-    assert!(
-        values.len() >= rows * cols,
-        "heatmap_rgb: {} values for a {rows}x{cols} matrix",
-        values.len()
-    );
-    let cell = cell.max(1);
-    let (width, height) = (cols * cell, rows * cell);
-    let span = vmax - vmin;
-    let colour = |v: f64| -> [u8; 3] {
-        if v.is_nan() {
-            HEATMAP_NAN_RGB
-        } else if span > 0.0 && span.is_finite() {
-            viridis((v - vmin) / span)
-        } else {
-            viridis(if v > vmin { 1.0 } else { 0.0 })
-        }
-    };
-    let mut pixels = Vec::with_capacity(width * height * 3);
-    for r in 0..rows {
-        let row: Vec<[u8; 3]> = values[r * cols..(r + 1) * cols]
-            .iter()
-            .map(|&v| colour(v))
-            .collect();
-        let mut line = Vec::with_capacity(width * 3);
-        for rgb in &row {
-            for _ in 0..cell {
-                line.extend_from_slice(rgb);
-            }
-        }
-        for _ in 0..cell {
-            pixels.extend_from_slice(&line);
-        }
-    }
-    (width, height, pixels)
 }

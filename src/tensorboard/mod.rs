@@ -72,7 +72,7 @@ pub mod plugins;
 mod tests;
 
 use encode::*;
-pub use encode::{HEATMAP_NAN_RGB, heatmap_rgb, masked_crc32c, tfrecord, viridis};
+pub use encode::{masked_crc32c, tfrecord};
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};

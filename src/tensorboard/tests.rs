@@ -219,28 +219,6 @@ fn histogram_buckets() {
 }
 
 #[test]
-fn heatmap_layout_and_colours() {
-    // 2 rows x 3 cols, 2 pixels per cell: 6 wide, 4 high.
-    let vals = [0.0, 0.5, 1.0, f64::NAN, 2.0, -1.0];
-    let (w, h, px) = heatmap_rgb(&vals, 2, 3, 2, 0.0, 1.0);
-    assert_eq!((w, h, px.len()), (6, 4, 6 * 4 * 3));
-    let at = |x: usize, y: usize| -> [u8; 3] { px[(y * w + x) * 3..][..3].try_into().unwrap() };
-    assert_eq!(at(0, 0), VIRIDIS[0]);
-    assert_eq!(at(1, 1), VIRIDIS[0]);
-    assert_eq!(at(2, 0), VIRIDIS[4]);
-    assert_eq!(at(5, 1), VIRIDIS[8]);
-    assert_eq!(at(0, 2), HEATMAP_NAN_RGB);
-    assert_eq!(at(3, 3), VIRIDIS[8]); // 2.0 clamps to vmax
-    assert_eq!(at(4, 2), VIRIDIS[0]); // -1.0 clamps to vmin
-    // Interpolation halfway between two table entries.
-    let mid = viridis(1.0 / 16.0);
-    for c in 0..3 {
-        let expect = (f64::from(VIRIDIS[0][c]) + f64::from(VIRIDIS[1][c])) / 2.0;
-        assert!((f64::from(mid[c]) - expect).abs() <= 0.5);
-    }
-}
-
-#[test]
 fn writers_in_same_second_get_distinct_files() {
     let dir = std::env::temp_dir().join(format!("sinklab-tb-unit-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);

@@ -6,7 +6,9 @@
 //! `scripts/requirements.txt`. Without them these tests fail (they are never skipped).
 
 use serde_json::{Value, json};
-use sinklab::tensorboard::{EventWriter, heatmap_rgb};
+use sha2::Digest;
+use sinklab::plot::{Heatmap, heatmap, png_size};
+use sinklab::tensorboard::EventWriter;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -81,15 +83,30 @@ fn write_events(logdir: &Path) -> Value {
     w.add_scalar("val/loss", 2.5, 100).unwrap();
     w.add_scalar("val/loss", 0.0, 200).unwrap();
 
-    // Non-square images: 7 wide x 3 high, and a 3x5 heatmap (15 wide x 9 high at 3 px/cell).
+    // Non-square images: 7 wide x 3 high, and a rendered 3 x 5 heat map (a chart's PNG, as
+    // the training run's sink map), expected byte for byte.
     let gray: Vec<u8> = (0..21u8).map(|i| i * 12).collect();
     w.add_image_gray("img/gray", 1, 7, 3, &gray).unwrap();
     let rgb: Vec<u8> = (0..63u8).map(|i| i * 4).collect();
     w.add_image_rgb("img/rgb", 1, 7, 3, &rgb).unwrap();
-    let cells: Vec<f64> = (0..15).map(|i| i as f64 / 14.0).collect();
-    let (hw, hh, px) = heatmap_rgb(&cells, 3, 5, 3, 0.0, 1.0);
-    assert_eq!((hw, hh), (15, 9));
-    w.add_image_rgb("img/heatmap", 2, hw, hh, &px).unwrap();
+    let cells: Vec<Vec<f64>> = (0..3)
+        .map(|r| (0..5).map(|c| (r * 5 + c) as f64 / 14.0).collect())
+        .collect();
+    let png = heatmap(&Heatmap {
+        title: "first-token importance α₁ (probe set)",
+        x_label: "head",
+        y_label: "layer",
+        rows: &cells,
+        x_ticks: None,
+        y_ticks: None,
+        range: Some((0.0, 1.0)),
+        annotate: true,
+    })
+    .unwrap();
+    let (hw, hh) = png_size(&png).unwrap();
+    assert!(hw > hh && hh > 150, "{hw} x {hh}");
+    let sha = sinklab::checkpoint::hex(&sha2::Sha256::digest(&png));
+    w.add_png("img/heatmap", 2, hw, hh, png).unwrap();
 
     let values: Vec<f64> = (0..500)
         .map(|i| ((i * 37) % 500) as f64 / 50.0 - 3.0)
@@ -124,7 +141,7 @@ fn write_events(logdir: &Path) -> Value {
         "images": {
             "img/gray": [[1, 7, 3]],
             "img/rgb": [[1, 7, 3]],
-            "img/heatmap": [[2, 15, 9]],
+            "img/heatmap": [[2, hw, hh, sha]],
         },
         "histograms": {"hist/weights": [[10, 500, mn, mx, sum]]},
         "texts": {"run/config": [[0, text]]},
@@ -178,6 +195,24 @@ fn checker_rejects_a_perturbed_expectation() {
     assert!(
         stderr.contains("train/loss") && stderr.contains("step 20"),
         "diff should name the tag and step: {}",
+        describe(&out)
+    );
+}
+
+#[test]
+fn checker_rejects_an_image_with_other_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let logdir = dir.path().join("tb");
+    let mut expected = write_events(&logdir);
+    expected["images"]["img/heatmap"][0][3] = json!("0".repeat(64));
+    let expected_path = dir.path().join("expected.json");
+    std::fs::write(&expected_path, expected.to_string()).unwrap();
+    let out = run_checker(&logdir, &expected_path);
+    assert_eq!(out.status.code(), Some(1), "{}", describe(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("img/heatmap") && stderr.contains("SHA-256"),
+        "{}",
         describe(&out)
     );
 }

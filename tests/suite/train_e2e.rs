@@ -5,6 +5,7 @@
 use crate::common;
 
 use common::*;
+use sha2::Digest;
 use sinklab::tokenizer::BYTE_VOCAB;
 use sinklab::train;
 
@@ -102,10 +103,34 @@ fn smoke_run_learns_and_writes_metrics_tensorboard_and_checkpoints() {
             .collect();
         scalars.insert(tag.into(), pts.into());
     }
+    // The sink map of each probe step: the labelled heat map of that step's α₁ (2 layers × 4
+    // heads), byte for byte as the recorder renders it from the values metrics.jsonl holds.
+    let maps: Vec<serde_json::Value> = [0u64, 20, 40]
+        .iter()
+        .map(|&step| {
+            let rows: Vec<Vec<f64>> = (0..2)
+                .map(|l| {
+                    (0..4)
+                        .map(|h| {
+                            let tag = format!("sink/importance_first/layer{l:02}_head{h:02}");
+                            let v = series(&run, &tag);
+                            v.iter().find(|p| p.0 == step).unwrap().1
+                        })
+                        .collect()
+                })
+                .collect();
+            let png =
+                sinklab::recorder::sink_map_png(&rows, sinklab::metrics::Proxy::Weights).unwrap();
+            let (w, h) = sinklab::plot::png_size(&png).unwrap();
+            // a chart with title, ticks, values and colour bar, not a 64 × 32 block image
+            assert!(w >= 300 && h >= 150, "sink map {w} x {h}");
+            let sha = sinklab::checkpoint::hex(&sha2::Sha256::digest(&png));
+            serde_json::json!([step, w, h, sha])
+        })
+        .collect();
     let expected = serde_json::json!({
         "scalars": scalars,
-        // 2 layers × 4 heads, 16 px per cell: 64 wide, 32 high
-        "images": {"sink/importance_first_map": [[0, 64, 32], [20, 64, 32], [40, 64, 32]]},
+        "images": {"sink/importance_first_map": maps},
         "rel_tol": 1e-6,
     });
     let exp_path = dir.path().join("expected.json");
