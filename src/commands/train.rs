@@ -43,9 +43,9 @@ pub fn run(a: Args) -> Result<()> {
         std::process::exit(130);
     }
     println!(
-        "done: {} steps, loss {:.4} -> {:.4}, val loss {:.4}, Sink1(eps={HEADLINE_EPS}) {:.1}%, \
+        "done: {}, loss {:.4} -> {:.4}, val loss {:.4}, Sink1(eps={HEADLINE_EPS}) {:.1}%, \
          {:.0} tokens/s\nrun directory: {}\nview: tensorboard --logdir {}",
-        summary.steps_done,
+        crate::progress::count(summary.steps_done, "step", None),
         summary.first_loss.unwrap_or(f64::NAN),
         summary.last_loss.unwrap_or(f64::NAN),
         summary.last_val_loss.unwrap_or(f64::NAN),
