@@ -127,6 +127,9 @@ pub fn run(
         })
         .collect();
     let workers = Workers::for_device(exp.run.device == DeviceKind::Flex, accum);
+    if steps == 0 || rounds == 0 {
+        anyhow::bail!("--steps {steps} --rounds {rounds}: need at least 1 of each");
+    }
     if let Mode::Decode(n) = mode
         && (n == 0 || n > t)
     {
@@ -176,9 +179,7 @@ pub fn run(
         }
         tps.push((per_step * steps) as f64 / t0.elapsed().as_secs_f64());
     }
-    let mut sorted = tps.clone();
-    sorted.sort_by(|a, b| a.partial_cmp(b).expect("finite"));
-    let median = sorted[sorted.len() / 2];
+    let median = crate::metrics::median(tps.clone());
     let n = model::non_embedding_params(&model);
     let m = &exp.model;
     let attn = |len: f64| 4.0 * (m.n_layers * m.d_model) as f64 * len; // q·k and A·v per token

@@ -501,10 +501,10 @@ pub fn train(
         && let Some(done) = already_finished(exp)?
     {
         log(&format!(
-            "{} already finished all {} steps; nothing to do (its files are unchanged). To train \
+            "{} already finished all {}; nothing to do (its files are unchanged). To train \
              on from its weights, start a new run with --set 'train.init_from=\"{}\"'",
             done.run_dir.display(),
-            done.steps_done,
+            crate::progress::count(done.steps_done, "step", None),
             done.run_dir.display()
         ));
         return Ok(done);

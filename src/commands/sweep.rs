@@ -183,17 +183,17 @@ fn emit_slurm(
     let s = slurm::submit(plan, exps, &e, !a.no_report)?;
     let Some((job, todo)) = &s.array else {
         println!(
-            "every run of sweep {} has finished ({} runs); nothing submitted\nreport: sinklab report {}",
+            "every run of sweep {} has finished ({}); nothing submitted\nreport: sinklab report {}",
             plan.name,
-            s.finished.len(),
+            crate::progress::count(s.finished.len(), "run", None),
             plan.dir.display()
         );
         return Ok(());
     };
     println!(
-        "submitted job array {job}: {} of {} runs ({} finished, skipped), tasks {}; output in {}/slurm-{job}_TASK.out",
+        "submitted job array {job}: {} of {} ({} finished, skipped), tasks {}; output in {}/slurm-{job}_TASK.out",
         todo.len(),
-        plan.runs.len(),
+        crate::progress::count(plan.runs.len(), "run", None),
         s.finished.len(),
         slurm::array_ranges(todo),
         e.logs.display()

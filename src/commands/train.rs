@@ -58,9 +58,9 @@ pub fn run(a: Args) -> Result<()> {
         return Ok(());
     }
     println!(
-        "done: {} steps, loss {:.4} -> {:.4}, {val}, Sink1(eps={HEADLINE_EPS}) {:.1}%, \
+        "done: {}, loss {:.4} -> {:.4}, {val}, Sink1(eps={HEADLINE_EPS}) {:.1}%, \
          {:.0} tokens/s\nrun directory: {}\nview: tensorboard --logdir {}",
-        s.steps_done,
+        crate::progress::count(s.steps_done, "step", None),
         s.first_loss.unwrap_or(f64::NAN),
         s.last_loss.unwrap_or(f64::NAN),
         s.last_sink1.unwrap_or(f64::NAN),

@@ -643,14 +643,16 @@ pub fn run(
     let total = queue.len();
     let skipped = outcome.lock().expect("outcome").skipped.len();
     log(&format!(
-        "sweep {}: {} runs ({skipped} already finished, {total} to run), {jobs} at a time × {threads} threads; directory {}",
+        "sweep {}: {} ({skipped} already finished, {total} to run), {jobs} at a time × {}; directory {}",
         plan.name,
-        plan.runs.len(),
+        crate::progress::count(plan.runs.len(), "run", None),
+        crate::progress::count(threads, "thread", None),
         plan.dir.display()
     ));
     let queue = Mutex::new(queue.into_iter());
     let children = Mutex::new(Vec::<u32>::new());
-    let bar = crate::progress::progress_bar(total as u64, "runs");
+    // a bar on a terminal; without one its lines and about 20 progress lines still print
+    let bar = crate::progress::Progress::new(total as u64, "sweep runs");
     let active = std::sync::atomic::AtomicUsize::new(0);
     std::thread::scope(|scope| {
         let workers = jobs.min(total.max(1));
@@ -665,44 +667,42 @@ pub fn run(
                         break;
                     };
                     let run = &plan.runs[i];
-                    crate::progress::say(&bar, format!("start {}", run.name));
+                    bar.println(&format!("start {}", run.name));
                     let res = run_child(&exe, plan, run, threads, &children);
                     let mut o = outcome.lock().expect("outcome");
                     match res {
                         Ok(s) if s.state == "done" => {
-                            crate::progress::say(
-                                &bar,
-                                format!("done  {} ({:.0} s)", run.name, s.seconds),
-                            );
+                            bar.println(&format!("done  {} ({:.0} s)", run.name, s.seconds));
                             if let Err(e) =
                                 hparams::write_session(&exps[i].run_dir(), run, s.seconds)
                             {
-                                crate::progress::say(&bar, format!("warning: {}: {e:#}", run.name));
+                                bar.println(&format!("warning: {}: {e:#}", run.name));
                             }
                             o.done.push(run.name.clone());
                         }
                         Ok(s) if s.state == "busy" => {
                             let h = s.error.unwrap_or_default();
-                            crate::progress::say(
-                                &bar,
-                                format!("busy  {}: another process trains it ({h})", run.name),
-                            );
+                            bar.println(&format!(
+                                "busy  {}: another process trains it ({h})",
+                                run.name
+                            ));
                             o.busy.push((run.name.clone(), h));
                         }
                         Ok(s) if s.state == "interrupted" => {
-                            crate::progress::say(&bar, format!("interrupted {}", run.name));
+                            bar.println(&format!("interrupted {}", run.name));
                             o.interrupted.push(run.name.clone());
                         }
                         Ok(s) => {
                             let e = s.error.unwrap_or_default();
-                            crate::progress::say(
-                                &bar,
-                                format!("FAILED {}: {}", run.name, e.lines().last().unwrap_or("")),
-                            );
+                            bar.println(&format!(
+                                "FAILED {}: {}",
+                                run.name,
+                                e.lines().last().unwrap_or("")
+                            ));
                             o.failed.push((run.name.clone(), e));
                         }
                         Err(e) => {
-                            crate::progress::say(&bar, format!("FAILED {}: {e:#}", run.name));
+                            bar.println(&format!("FAILED {}: {e:#}", run.name));
                             o.failed.push((run.name.clone(), format!("{e:#}")));
                         }
                     }
@@ -730,7 +730,7 @@ pub fn run(
             }
         });
     });
-    bar.finish_and_clear();
+    bar.finish();
     let o = outcome.into_inner().expect("outcome");
     Ok(o)
 }

@@ -7,6 +7,7 @@ mod analysis;
 mod cli;
 mod data_prepare;
 mod decoding;
+mod eval_cli;
 mod interop;
 mod layout;
 mod metrics_golden;
