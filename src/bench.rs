@@ -157,7 +157,14 @@ pub fn run(
                 Ok(model)
             }
             Mode::Train => {
-                let (grads, _loss) = train::gradients(&model, &batches, &device, &workers);
+                let (grads, _loss) = train::gradients(
+                    &model,
+                    &batches,
+                    &device,
+                    &workers,
+                    exp.train.precision,
+                    1.0,
+                );
                 let scale = optim::clip_scale(grads.global_norm(), exp.optim.grad_clip);
                 Ok(adam.step(model, &grads, exp.optim.lr, scale))
             }

@@ -82,6 +82,13 @@ fn preflight(exp: &crate::config::Experiment) -> Vec<(String, String)> {
             ),
         ));
     }
+    if compiled.contains(&name) && exp.train.precision != crate::config::Precision::F32 {
+        let supported = crate::backend::device(exp.run.device)
+            .and_then(|d| crate::backend::check_precision(exp.run.device, &d, exp.train.precision));
+        if let Err(e) = supported {
+            problems.push(("train.precision".into(), format!("{e:#}")));
+        }
+    }
     if exp.data.synthetic.is_none() {
         problems.extend(crate::data::check(&exp.data));
     }

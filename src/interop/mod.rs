@@ -421,6 +421,7 @@ fn import_locked(
             seed: exp.run.seed,
             config_digest: crate::run::config_digest(&exp),
             vocab_size: exp.model.vocab_size.unwrap_or(0),
+            loss_scale: None,
         };
         checkpoint::commit_checkpoint(
             &tmp,

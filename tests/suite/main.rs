@@ -13,6 +13,7 @@ mod layout;
 mod metrics_golden;
 mod model_golden;
 mod one_writer;
+mod precision;
 mod reliability;
 mod skipless;
 mod slurm;
