@@ -87,6 +87,8 @@ fn low_precision_gradients_reach_the_f32_weights_as_f32_and_close_to_f32s() {
             "{}: loss {l} vs {l32}",
             p.name()
         );
+        // ...and not f32's exactly: the products really ran in the low precision
+        assert_ne!(l.to_bits(), l32.to_bits(), "{}: the loss is f32's", p.name());
         assert_eq!(
             g.grads.len(),
             g32.grads.len(),
