@@ -88,7 +88,12 @@ fn low_precision_gradients_reach_the_f32_weights_as_f32_and_close_to_f32s() {
             p.name()
         );
         // ...and not f32's exactly: the products really ran in the low precision
-        assert_ne!(l.to_bits(), l32.to_bits(), "{}: the loss is f32's", p.name());
+        assert_ne!(
+            l.to_bits(),
+            l32.to_bits(),
+            "{}: the loss is f32's",
+            p.name()
+        );
         assert_eq!(
             g.grads.len(),
             g32.grads.len(),
@@ -182,4 +187,36 @@ fn the_quickstart_sink_forms_at_bf16_and_f16_and_f16_resumes_exactly() {
             "{tag} after the resume"
         );
     }
+}
+
+#[test]
+fn eval_precision_changes_the_loss_slightly_and_never_the_sink_metrics() {
+    let dir = tempfile::tempdir().unwrap();
+    let exp = common::tiny_experiment(dir.path(), "ev", &[]);
+    train::train(&exp, &common::quiet(), &mut |_| {}).unwrap();
+    let run = exp.run_dir();
+    let eval = |p: &str| {
+        let (code, out, err) = common::sinklab_in(
+            Some(dir.path()),
+            &["eval", run.to_str().unwrap(), "--precision", p, "--json"],
+        );
+        assert_eq!(code, 0, "{err}");
+        serde_json::from_str::<serde_json::Value>(&out).unwrap()
+    };
+    let f = eval("f32");
+    for p in ["bf16", "f16"] {
+        let e = eval(p);
+        let (a, b) = (
+            f["val_loss"].as_f64().unwrap(),
+            e["val_loss"].as_f64().unwrap(),
+        );
+        assert!((a - b).abs() < 1e-2 * a && a != b, "{p}: {b} vs f32 {a}");
+        assert_eq!(e["scalars"], f["scalars"], "{p}: the probes are f32");
+    }
+    let (code, out) = common::sinklab_output(
+        Some(dir.path()),
+        &["eval", run.to_str().unwrap(), "--precision", "f8"],
+    );
+    assert_ne!(code, 0);
+    assert!(out.contains("f32, bf16 or f16"), "{out}");
 }
