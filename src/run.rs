@@ -348,6 +348,7 @@ pub fn start(exp: &Experiment, resume: bool) -> Result<Start> {
         return Err(lock::Busy {
             dir: run_dir.clone(),
             holder: Some(holder),
+            advice: None,
         }
         .into());
     }

@@ -287,6 +287,7 @@ pub fn import(
         return Err(crate::lock::Busy {
             dir: out.to_path_buf(),
             holder: Some(holder),
+            advice: None,
         }
         .into());
     }
