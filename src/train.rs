@@ -30,6 +30,8 @@ pub struct TrainOptions {
     pub stop_after: Option<u64>,
     /// No progress bar (logs only).
     pub quiet: bool,
+    /// Start even when the memory estimate exceeds what the device has (`--skip-memory-check`).
+    pub skip_memory_check: bool,
 }
 
 /// What a finished (or stopped) run reports.
@@ -258,6 +260,7 @@ impl<'a> Trainer<'a> {
     /// Prepare the run directory, the data, the model (restored from the newest checkpoint
     /// when resuming), the fixed validation and probe batches, the writers and the workers.
     fn open(exp: &'a Experiment, opts: &TrainOptions, log: &mut dyn FnMut(&str)) -> Result<Self> {
+        let memory = crate::memory::preflight(exp, opts.skip_memory_check)?;
         let start = run::start(exp, opts.resume)?;
         for w in &start.warnings {
             log(w);
@@ -303,6 +306,7 @@ impl<'a> Trainer<'a> {
             model::non_embedding_params(&model),
             exp.run.device.name()
         ));
+        log(&memory.line());
         let sampler = Sampler::new(&data, &exp.data, exp.model.ctx, exp.run.seed)?;
         let mut val_plain =
             data::validation_batch(&data, exp.train.eval_sequences, exp.model.ctx, exp.data.bos)?;

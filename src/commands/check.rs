@@ -10,8 +10,9 @@ pub struct Args {
     #[arg(required = true)]
     pub experiments: Vec<PathBuf>,
     /// Check the files only, not this machine: skip the checks that the device's backend is
-    /// compiled in and that the corpus and tokenizer files exist (for experiments meant for
-    /// another machine, e.g. a GPU cluster).
+    /// compiled in, that the corpus and tokenizer files exist and that the run's estimated
+    /// memory fits in what the device has (for experiments meant for another machine, e.g. a
+    /// GPU cluster).
     #[arg(long)]
     pub schema_only: bool,
     #[command(flatten)]
@@ -21,19 +22,31 @@ pub struct Args {
 pub fn run(a: Args) -> Result<()> {
     let mut failed = 0;
     for path in &a.experiments {
-        match a.overrides.load(path).and_then(|exp| {
-            if !a.schema_only {
-                preflight(&exp).map_err(|e| anyhow!("{}: {e:#}\n", path.display()))?;
+        let checked = a.overrides.load(path).and_then(|exp| {
+            if a.schema_only {
+                return Ok((exp, None));
             }
-            Ok(exp)
-        }) {
-            Ok(exp) => println!(
-                "ok: {} ({} layers × d {}, {} steps)",
-                path.display(),
-                exp.model.n_layers,
-                exp.model.d_model,
-                exp.train.steps
-            ),
+            preflight(&exp).map_err(|e| anyhow!("{}: {e:#}\n", path.display()))?;
+            let memory = crate::memory::Check::of(&exp)
+                .map_err(|e| anyhow!("{}: memory estimate: {e:#}\n", path.display()))?;
+            if memory.fits() == Some(false) {
+                return Err(anyhow!("{}: {}\n", path.display(), memory.refusal(&exp)));
+            }
+            Ok((exp, Some(memory)))
+        });
+        match checked {
+            Ok((exp, memory)) => {
+                println!(
+                    "ok: {} ({} layers × d {}, {} steps)",
+                    path.display(),
+                    exp.model.n_layers,
+                    exp.model.d_model,
+                    exp.train.steps
+                );
+                if let Some(m) = memory {
+                    println!("  {}", m.line());
+                }
+            }
             Err(e) => {
                 failed += 1;
                 eprint!("{e}");

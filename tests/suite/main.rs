@@ -9,6 +9,7 @@ mod data_prepare;
 mod decoding;
 mod interop;
 mod layout;
+mod memory;
 mod metrics_golden;
 mod model_golden;
 mod reliability;
