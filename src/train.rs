@@ -30,6 +30,8 @@ pub struct TrainOptions {
     pub stop_after: Option<u64>,
     /// No progress bar (logs only).
     pub quiet: bool,
+    /// Start even when the memory estimate exceeds what the device has (`--skip-memory-check`).
+    pub skip_memory_check: bool,
 }
 
 /// What a finished (or stopped) run reports.
@@ -285,7 +287,12 @@ fn init_from(model: Lm, src: &std::path::Path, log: &mut dyn FnMut(&str)) -> Res
 impl<'a> Trainer<'a> {
     /// Prepare the run directory, the data, the model (restored from the newest checkpoint
     /// when resuming), the fixed validation and probe batches, the writers and the workers.
-    fn open(exp: &'a Experiment, start: &run::Start, log: &mut dyn FnMut(&str)) -> Result<Self> {
+    fn open(
+        exp: &'a Experiment,
+        start: &run::Start,
+        memory: &crate::memory::Check,
+        log: &mut dyn FnMut(&str),
+    ) -> Result<Self> {
         for w in &start.warnings {
             log(w);
         }
@@ -336,6 +343,7 @@ impl<'a> Trainer<'a> {
             exp.run.device.name(),
             exp.train.precision.name()
         ));
+        log(&memory.line());
         let sampler = Sampler::new(&data, &exp.data, exp.model.ctx, exp.run.seed)?;
         let mut val_plain =
             data::validation_batch(&data, exp.train.eval_sequences, exp.model.ctx, exp.data.bos)?;
@@ -555,6 +563,8 @@ pub fn train(
         ));
         return Ok(done);
     }
+    // Memory first: a run that cannot fit is refused before anything is written or built.
+    let memory = crate::memory::preflight(exp, opts.skip_memory_check)?;
     // The run directory, locked for the whole of this function (`start.lock`).
     let start = run::start(exp, opts.resume)?;
     // A fresh start that fails before step 0 is recorded leaves nothing behind (and one killed
@@ -563,7 +573,7 @@ pub fn train(
         run::discard_stub(&start);
         e
     };
-    let mut t = Trainer::open(exp, &start, log).map_err(discard)?;
+    let mut t = Trainer::open(exp, &start, &memory, log).map_err(discard)?;
     let (start_step, total) = (t.start_step, exp.train.steps);
     if start_step == 0 {
         let first = t.evaluate(0).and_then(|_| t.probe(0));

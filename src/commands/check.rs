@@ -11,8 +11,9 @@ pub struct Args {
     #[arg(required = true)]
     pub experiments: Vec<PathBuf>,
     /// Check the files only, not this machine: skip the checks that the device's backend is
-    /// compiled in and that the corpus and tokenizer files exist (for experiments
-    /// meant for another machine, e.g. a GPU cluster).
+    /// compiled in, that the corpus and tokenizer files exist and that the run's estimated
+    /// memory fits in what the device has (for experiments meant for another machine, e.g. a
+    /// GPU cluster).
     #[arg(long)]
     pub schema_only: bool,
     #[command(flatten)]
@@ -31,10 +32,27 @@ pub fn run(a: Args) -> Result<()> {
                 continue;
             }
         };
-        let problems = if a.schema_only {
+        let mut problems = if a.schema_only {
             Vec::new()
         } else {
             preflight(&exp)
+        };
+        // The memory estimate against what the device has (one of the machine checks).
+        let memory = if a.schema_only {
+            None
+        } else {
+            match crate::memory::Check::of(&exp) {
+                Ok(m) => {
+                    if m.fits() == Some(false) {
+                        problems.push(("model".into(), m.refusal(&exp)));
+                    }
+                    Some(m)
+                }
+                Err(e) => {
+                    problems.push(("model".into(), format!("memory estimate: {e:#}")));
+                    None
+                }
+            }
         };
         if problems.is_empty() {
             println!(
@@ -43,6 +61,9 @@ pub fn run(a: Args) -> Result<()> {
                 exp.model.d_model,
                 count(exp.train.steps, "step", None)
             );
+            if let Some(m) = memory {
+                println!("  {}", m.line());
+            }
         } else {
             failed += 1;
             eprintln!(

@@ -23,6 +23,7 @@ const ORDER: [&str; 26] = [
     "config",
     "metrics",
     "backend",
+    "memory",
     "data",
     "optim",
     "model",

@@ -10,6 +10,7 @@ mod decoding;
 mod eval_cli;
 mod interop;
 mod layout;
+mod memory;
 mod metrics_golden;
 mod model_golden;
 mod one_writer;
