@@ -48,8 +48,11 @@ pub fn run(a: Args) -> Result<()> {
                     }
                     Some(m)
                 }
+                // (an unreadable tokenizer or corpus is reported above already)
                 Err(e) => {
-                    problems.push(("model".into(), format!("memory estimate: {e:#}")));
+                    if problems.is_empty() {
+                        problems.push(("model".into(), format!("memory estimate: {e:#}")));
+                    }
                     None
                 }
             }

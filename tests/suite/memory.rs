@@ -273,10 +273,10 @@ fn a_model_that_cannot_fit_is_refused_before_anything_is_built() {
     let (code, text) = run(&args);
     assert_eq!(code, 1, "{text}");
     assert!(
-        text.contains("experiments/natural_text.toml: memory: this run does not fit"),
+        text.contains("experiments/natural_text.toml: `model`: memory: this run does not fit"),
         "{text}"
     );
-    assert!(text.contains("1 of 1 files have errors"), "{text}");
+    assert!(text.contains("1 of 1 file has errors"), "{text}");
     // --schema-only makes no machine check
     args.insert(1, "--schema-only");
     let (code, text) = run(&args);
