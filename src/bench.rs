@@ -87,18 +87,6 @@ pub fn cpu_peak_gflops() -> (f64, String) {
     )
 }
 
-fn peak_rss_mib() -> f64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse::<f64>().ok())
-        })
-        .map_or(0.0, |kb| kb / 1024.0)
-}
-
 /// Benchmark training steps of `exp`'s model with `vocab` tokens.
 pub fn run(
     exp: &Experiment,
@@ -127,6 +115,9 @@ pub fn run(
         })
         .collect();
     let workers = Workers::for_device(exp.run.device == DeviceKind::Flex, accum);
+    if steps == 0 || rounds == 0 {
+        anyhow::bail!("--steps {steps} --rounds {rounds}: need at least 1 of each");
+    }
     if let Mode::Decode(n) = mode
         && (n == 0 || n > t)
     {
@@ -154,7 +145,14 @@ pub fn run(
                 Ok(model)
             }
             Mode::Train => {
-                let (grads, _loss) = train::gradients(&model, &batches, &device, &workers);
+                let (grads, _loss) = train::gradients(
+                    &model,
+                    &batches,
+                    &device,
+                    &workers,
+                    exp.train.precision,
+                    1.0,
+                );
                 let scale = optim::clip_scale(grads.global_norm(), exp.optim.grad_clip);
                 Ok(adam.step(model, &grads, exp.optim.lr, scale))
             }
@@ -176,9 +174,7 @@ pub fn run(
         }
         tps.push((per_step * steps) as f64 / t0.elapsed().as_secs_f64());
     }
-    let mut sorted = tps.clone();
-    sorted.sort_by(|a, b| a.partial_cmp(b).expect("finite"));
-    let median = sorted[sorted.len() / 2];
+    let median = crate::metrics::median(tps.clone());
     let n = model::non_embedding_params(&model);
     let m = &exp.model;
     let attn = |len: f64| 4.0 * (m.n_layers * m.d_model) as f64 * len; // q·k and A·v per token
@@ -222,7 +218,7 @@ pub fn run(
         peak_gflops,
         peak_source,
         mfu: achieved / peak_gflops,
-        peak_rss_mib: peak_rss_mib(),
+        peak_rss_mib: crate::memory::peak_rss().map_or(0.0, |b| b as f64 / (1u64 << 20) as f64),
         threads: rayon::current_num_threads(),
     })
 }

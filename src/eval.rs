@@ -52,6 +52,18 @@ pub fn eval_loss_filtered(
     device: &Device,
     filter: Option<&model::StreamFilter>,
 ) -> f64 {
+    eval_loss_with(model, batch, chunk, device, filter, &mut |_| {})
+}
+
+/// [`eval_loss_filtered`] calling `done(k)` after every chunk of k sequences (progress).
+pub fn eval_loss_with(
+    model: &Lm,
+    batch: &Batch,
+    chunk: usize,
+    device: &Device,
+    filter: Option<&model::StreamFilter>,
+    done: &mut dyn FnMut(usize),
+) -> f64 {
     let model = model.valid();
     let denom: f64 = batch.loss_mask.iter().map(|&m| m as f64).sum();
     let mut total = 0.0;
@@ -60,6 +72,7 @@ pub fn eval_loss_filtered(
         let to = (from + chunk).min(batch.batch);
         let (x, y, m) = batch_tensors(&slice_batch(batch, from, to), device);
         total += model.nll(x, y, m, denom, filter, MAX_EVAL_LOGITS);
+        done(to - from);
         from = to;
     }
     total
@@ -73,19 +86,36 @@ pub fn probe_metrics(
     exp: &Experiment,
     device: &Device,
 ) -> SinkReport {
+    probe_metrics_with(model, probe, chunk, exp, device, &mut |_| {})
+}
+
+/// [`probe_metrics`] calling `layer_done(l)` once block `l` has been probed (progress).
+pub fn probe_metrics_with(
+    model: &Lm,
+    probe: &Batch,
+    chunk: usize,
+    exp: &Experiment,
+    device: &Device,
+    layer_done: &mut dyn FnMut(usize),
+) -> SinkReport {
     let proxy = Proxy::for_normaliser(&exp.model.attention.normaliser);
     let groups = crate::data::query_groups(&exp.data, &probe.inputs);
     let groups = groups.as_ref().map(|(g, n)| (g.as_slice(), *n));
-    probe_report(
+    let mut layers = Vec::new();
+    probe_each(
         model,
         probe,
         chunk,
         proxy,
         device,
         None,
-        (&exp.metrics.eps, exp.metrics.k_max),
-        groups,
-    )
+        false,
+        &mut |l, _, la| {
+            layers.push(LayerSummary::of(&la, groups));
+            layer_done(l);
+        },
+    );
+    SinkReport::from_summaries(&layers, &exp.metrics.eps, exp.metrics.k_max)
 }
 
 /// The sink report of a probe batch, reduced layer by layer ([`probe_each`]): peak memory is

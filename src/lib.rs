@@ -4,8 +4,8 @@
 //!
 //! Layers, from the bottom (the order `tests/suite/layout.rs` checks): pure maths and formats
 //! (`spa`, `lock`, `checkpoint`, `tensorboard`, `plot`, `tokenizer`, `progress`,
-//! `parallel`), the
-//! schema (`config`), sink metrics (`metrics`), devices and data (`backend`, `data`),
+//! `parallel`), the schema (`config`), sink metrics (`metrics`), devices and data (`backend`,
+//! `memory`, `data`),
 //! optimisation (`optim`), the model (`model`), band maths (`dark`), evaluation and probes
 //! (`eval`), decoding (`generate`), the run directory (`recorder`, `run`), the training loop
 //! (`train`), pretrained checkpoints in and out (`interop`), analyses (`analysis`), sweeps
@@ -24,6 +24,7 @@ pub mod eval;
 pub mod generate;
 pub mod interop;
 pub mod lock;
+pub mod memory;
 pub mod metrics;
 pub mod model;
 pub mod optim;

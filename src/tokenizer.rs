@@ -219,10 +219,85 @@ impl Tokenizer {
         Ok(enc.get_ids().to_vec())
     }
 
+    /// Ids of `text` (no special tokens added) and how many of them stand for text the
+    /// vocabulary cannot represent ([`Unrepresented`]).
+    pub fn encode_counted(&self, text: &str) -> Result<(Vec<u32>, Unrepresented)> {
+        let enc = self
+            .inner
+            .encode(text, false)
+            .map_err(|e| anyhow!("encoding: {e}"))
+            .context("tokenizing text")?;
+        let (unk, bytes) = self.fallback_tokens();
+        let mut n = Unrepresented::default();
+        for ((&id, tok), &(a, b)) in enc
+            .get_ids()
+            .iter()
+            .zip(enc.get_tokens())
+            .zip(enc.get_offsets())
+        {
+            // a text that literally spells the token (`<unk>`, `<0x41>`) is represented
+            let literal = text.get(a..b) == Some(tok.as_str());
+            if literal {
+                continue;
+            }
+            if unk == Some(id) {
+                n.unknown += 1;
+            } else if bytes.binary_search(&id).is_ok() {
+                n.byte_fallback += 1;
+            }
+        }
+        Ok((enc.get_ids().to_vec(), n))
+    }
+
+    /// The model's unknown-token id (if it has one) and its byte-fallback ids (`<0x00>` …
+    /// `<0xFF>`, sorted; empty unless the model falls back to bytes).
+    fn fallback_tokens(&self) -> (Option<u32>, Vec<u32>) {
+        let (unk, byte_fallback) = match self.inner.get_model() {
+            ModelWrapper::BPE(m) => (m.unk_token.clone(), m.byte_fallback),
+            ModelWrapper::WordPiece(m) => (Some(m.unk_token.clone()), false),
+            ModelWrapper::WordLevel(m) => (Some(m.unk_token.clone()), false),
+            ModelWrapper::Unigram(m) => {
+                // the unknown id is private to the model; its serialised form names it
+                let id = serde_json::to_value(m)
+                    .ok()
+                    .and_then(|v| v.get("unk_id")?.as_u64());
+                let unk = id.and_then(|i| self.inner.id_to_token(i as u32));
+                (unk, m.byte_fallback())
+            }
+        };
+        let unk = unk.and_then(|u| self.inner.token_to_id(&u));
+        let mut bytes: Vec<u32> = if byte_fallback {
+            (0..=255u8)
+                .filter_map(|b| self.inner.token_to_id(&format!("<{b:#04X}>")))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        bytes.sort_unstable();
+        (unk, bytes)
+    }
+
     pub fn decode(&self, ids: &[u32]) -> Result<String> {
         self.inner
             .decode(ids, false)
             .map_err(|e| anyhow!("decoding: {e}"))
+    }
+}
+
+/// Tokens of an encoded text that stand for text the vocabulary cannot represent: the model's
+/// unknown token (a word-level vocabulary's, e.g. a synthetic task's, on any other text; a BPE
+/// without the bytes it meets) and byte-fallback tokens (`<0xE2>`, SentencePiece-style
+/// vocabularies spelling a character byte by byte). Byte-level tokenizers (sinklab's byte and
+/// BPE tokenizers, GPT-2-style pretrained ones) represent every text and count 0.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Unrepresented {
+    pub unknown: usize,
+    pub byte_fallback: usize,
+}
+
+impl Unrepresented {
+    pub fn total(&self) -> usize {
+        self.unknown + self.byte_fallback
     }
 }
 
@@ -262,6 +337,72 @@ mod tests {
         want.insert(4, 0); // the special token in the middle ("H", "é" = 2 bytes, " ")
         assert_eq!(ids, want);
         assert_eq!(t.decode(&ids).unwrap(), text);
+    }
+
+    #[test]
+    fn unknown_and_byte_fallback_tokens_are_counted_where_the_text_lacks_them() {
+        let words: Vec<String> = ["a", "b", "c"].iter().map(|w| w.to_string()).collect();
+        let t = Tokenizer::word_level(&words).unwrap();
+        // "zzz" and "é" are unknown; the literal end-of-text token is not
+        let (ids, n) = t.encode_counted("a zzz b <|endoftext|> é c").unwrap();
+        assert_eq!(ids, [2, 1, 3, 1, 1, 4]);
+        assert_eq!(
+            n,
+            Unrepresented {
+                unknown: 2,
+                byte_fallback: 0
+            }
+        );
+        assert_eq!(ids, t.encode("a zzz b <|endoftext|> é c").unwrap());
+        // byte-level tokenizers represent everything
+        let (_, n) = Tokenizer::byte()
+            .unwrap()
+            .encode_counted("zzz é 東京 🙂")
+            .unwrap();
+        assert_eq!(n.total(), 0);
+        // a SentencePiece-style BPE: "é" falls back to its two bytes, "東" (no byte tokens for
+        // 0xE6) to the unknown token, a literal "<0x41>" is text
+        let mut vocab = Vocab::default();
+        let toks = [
+            "<unk>", "a", "<", ">", "0", "x", "4", "1", "<0xC3>", "<0xA9>", "<0x41>", "<0", "<0x",
+            "<0x4", "<0x41",
+        ];
+        for (i, tok) in toks.iter().enumerate() {
+            vocab.insert(tok.to_string(), i as u32);
+        }
+        let merges = vec![
+            ("<".to_string(), "0".to_string()),
+            ("<0".to_string(), "x".to_string()),
+            ("<0x".to_string(), "4".to_string()),
+            ("<0x4".to_string(), "1".to_string()),
+            ("<0x41".to_string(), ">".to_string()),
+        ];
+        let model = BPE::builder()
+            .vocab_and_merges(vocab, merges)
+            .unk_token("<unk>".into())
+            .byte_fallback(true)
+            .build()
+            .unwrap();
+        let t = Tokenizer {
+            inner: HfTokenizer::new(model),
+            bos_id: 0,
+            eot_id: 0,
+            special_ids: vec![],
+        };
+        let (ids, n) = t.encode_counted("aé<0x41>東").unwrap();
+        assert_eq!(&ids[..3], [1, 8, 9], "{ids:?}");
+        assert_eq!(
+            ids[3], 10,
+            "the literal <0x41> merges to its token: {ids:?}"
+        );
+        assert_eq!(
+            n,
+            Unrepresented {
+                unknown: 1,
+                byte_fallback: 2
+            },
+            "{ids:?}"
+        );
     }
 
     #[test]

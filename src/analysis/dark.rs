@@ -322,7 +322,7 @@ pub fn dark(run: &OpenRun, o: &DarkOptions, log: &mut dyn FnMut(&str)) -> Result
         ks.len(),
         FAMILIES.len()
     ));
-    let bar = crate::progress::progress_bar(total as u64, "filters");
+    let bar = crate::progress::Progress::new(total as u64, "dark filtered evaluations");
     let mut results = Vec::new();
     let eval = |name: &str, layer: Option<usize>, at: &[usize], k: Option<usize>, m: &[f64]| {
         let f = StreamFilter::from_column_map(m, d, at, &run.device);
@@ -359,7 +359,7 @@ pub fn dark(run: &OpenRun, o: &DarkOptions, log: &mut dyn FnMut(&str)) -> Result
             }
         }
     }
-    bar.finish_and_clear();
+    bar.finish();
     let site_name = |l: Option<usize>| match l {
         Some(l) => format!("block input {l}"),
         None => "every block input".to_string(),

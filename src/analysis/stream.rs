@@ -164,9 +164,10 @@ pub fn stream_eval(
     // Every cache holds the same tokens until it first has to evict, after L tokens: those are
     // decoded once, into a dense cache that each stream then continues from (a fork).
     let prefix = budget.min(dense_limit - 1);
-    let bar = crate::progress::progress_bar(
+    // a bar on a terminal, about 20 plain lines without one
+    let bar = crate::progress::Progress::new(
         (prefix + (dense_limit - 1 - prefix) + (n - 1 - prefix) * policies.len() + (n - 1)) as u64,
-        "tokens",
+        "stream-eval tokens decoded",
     );
     let mut rows = Vec::new();
     let dense_name = if dense_limit == n {
@@ -210,7 +211,7 @@ pub fn stream_eval(
     let nll = recompute_nll(&model, &tokens, budget, o.batch, device, &mut |k| {
         bar.inc(k as u64)
     })?;
-    bar.finish_and_clear();
+    bar.finish();
     rows.push(StreamRow::new(
         &format!("sliding window, recomputed ({budget})"),
         None,

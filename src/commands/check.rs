@@ -1,6 +1,7 @@
 //! `sinklab check`.
 
 use super::Overrides;
+use crate::progress::count;
 use anyhow::{Result, anyhow};
 use std::path::PathBuf;
 
@@ -10,8 +11,9 @@ pub struct Args {
     #[arg(required = true)]
     pub experiments: Vec<PathBuf>,
     /// Check the files only, not this machine: skip the checks that the device's backend is
-    /// compiled in and that the corpus and tokenizer files exist (for experiments meant for
-    /// another machine, e.g. a GPU cluster).
+    /// compiled in, that the corpus and tokenizer files exist and that the run's estimated
+    /// memory fits in what the device has (for experiments meant for another machine, e.g. a
+    /// GPU cluster).
     #[arg(long)]
     pub schema_only: bool,
     #[command(flatten)]
@@ -19,54 +21,108 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let mut failed = 0;
+    let mut failed = 0usize;
     for path in &a.experiments {
-        match a.overrides.load(path).and_then(|exp| {
-            if !a.schema_only {
-                preflight(&exp).map_err(|e| anyhow!("{}: {e:#}\n", path.display()))?;
-            }
-            Ok(exp)
-        }) {
-            Ok(exp) => println!(
-                "ok: {} ({} layers × d {}, {} steps)",
-                path.display(),
-                exp.model.n_layers,
-                exp.model.d_model,
-                exp.train.steps
-            ),
+        let file = path.display();
+        let exp = match a.overrides.load(path) {
+            Ok(exp) => exp,
             Err(e) => {
                 failed += 1;
                 eprint!("{e}");
+                continue;
+            }
+        };
+        let mut problems = if a.schema_only {
+            Vec::new()
+        } else {
+            preflight(&exp)
+        };
+        // The memory estimate against what the device has (one of the machine checks).
+        let memory = if a.schema_only {
+            None
+        } else {
+            match crate::memory::Check::of(&exp) {
+                Ok(m) => {
+                    if m.fits() == Some(false) {
+                        problems.push(("model".into(), m.refusal(&exp)));
+                    }
+                    Some(m)
+                }
+                // (an unreadable tokenizer or corpus is reported above already)
+                Err(e) => {
+                    if problems.is_empty() {
+                        problems.push(("model".into(), format!("memory estimate: {e:#}")));
+                    }
+                    None
+                }
+            }
+        };
+        if problems.is_empty() {
+            println!(
+                "ok: {file} ({} × d {}, {})",
+                count(exp.model.n_layers, "layer", None),
+                exp.model.d_model,
+                count(exp.train.steps, "step", None)
+            );
+            if let Some(m) = memory {
+                println!("  {}", m.line());
+            }
+        } else {
+            failed += 1;
+            eprintln!(
+                "{file}: {} on this machine (--schema-only skips these checks):",
+                count(problems.len(), "problem", None)
+            );
+            for (key, message) in problems {
+                eprintln!("  - {file}: `{key}`: {message}");
             }
         }
     }
     if failed > 0 {
         return Err(anyhow!(
-            "{failed} of {} files have errors",
-            a.experiments.len()
+            "{failed} of {} {} errors",
+            count(a.experiments.len(), "file", None),
+            if failed == 1 { "has" } else { "have" }
         ));
     }
     Ok(())
 }
 
-/// What can be verified before a run spends time: the device's backend is compiled in, the
-/// corpus exists and is readable, a tokenizer file exists.
-fn preflight(exp: &crate::config::Experiment) -> Result<()> {
+/// Everything that can be verified before a run spends time, each problem as (TOML path,
+/// message), all of them: the device's backend is compiled in, every corpus or source file
+/// exists and is readable, the tokenizer file loads with its named tokens. (`train.init_from`
+/// is checked with the file.)
+fn preflight(exp: &crate::config::Experiment) -> Vec<(String, String)> {
+    let mut problems = Vec::new();
     let name = exp.run.device.name();
     let compiled = crate::backend::compiled_features();
     if !compiled.contains(&name) {
-        return Err(anyhow!(
-            "run.device = \"{name}\": this sinklab binary was built without the `{name}` cargo \
-             feature (compiled in: [{}]); rebuild with `cargo build --release --features {name}`",
-            compiled.join(", ")
+        problems.push((
+            "run.device".into(),
+            format!(
+                "\"{name}\": this sinklab binary was built without the `{name}` cargo feature \
+                 (compiled in: [{}]); rebuild with `cargo build --release --features {name}`",
+                compiled.join(", ")
+            ),
         ));
     }
+    if compiled.contains(&name) && exp.train.precision != crate::config::Precision::F32 {
+        let supported = crate::backend::device(exp.run.device)
+            .and_then(|d| crate::backend::check_precision(exp.run.device, &d, exp.train.precision));
+        if let Err(e) = supported {
+            problems.push(("train.precision".into(), format!("{e:#}")));
+        }
+    }
     if exp.data.synthetic.is_none() {
-        crate::data::check(&exp.data).map_err(|e| anyhow!("data: {e:#}"))?;
+        problems.extend(crate::data::check(&exp.data));
     }
-    if let crate::config::TokenizerConfig::File { path, .. } = &exp.data.tokenizer {
-        std::fs::metadata(path)
-            .map_err(|e| anyhow!("data.tokenizer.path: {}: {e}", path.display()))?;
+    if let crate::config::TokenizerConfig::File { path, bos, eot } = &exp.data.tokenizer {
+        let loaded = std::fs::metadata(path)
+            .map_err(|e| anyhow!("{}: {e}", path.display()))
+            .and_then(|_| crate::tokenizer::Tokenizer::load_named(path, bos, eot));
+        if let Err(e) = loaded {
+            problems.push(("data.tokenizer.path".into(), format!("{e:#}")));
+        }
     }
-    Ok(())
+    problems
 }

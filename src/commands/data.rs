@@ -116,8 +116,9 @@ fn prepare(exp: crate::config::Experiment) -> Result<()> {
             (true, _) => format!(" (earlier; opened now in {secs:.2} s)"),
             (false, 0) => String::new(),
             (false, k) => format!(
-                " (resumed: {k} shards were finished before the interruption, so these rates \
-                 overstate the throughput)"
+                " (resumed: {} finished before the interruption, so these rates overstate the \
+                 throughput)",
+                crate::progress::count(k, "shard was", Some("shards were"))
             ),
         }
     );

@@ -31,13 +31,13 @@ pub fn run(a: Args) -> Result<()> {
         crate::interop::import(&a.src, &a.out, a.ctx, kind, &cpu, &mut |m| eprintln!("{m}"))?;
     let m = &summary.exp.model;
     println!(
-        "imported {} → {}: {} parameters, {} layers, d_model {}, {} heads ({} key/value), ctx {} ({:.1} s)",
+        "imported {} → {}: {} parameters, {}, d_model {}, {} ({} key/value), ctx {} ({:.1} s)",
         a.src.display(),
         summary.run_dir.display(),
         summary.params,
-        m.n_layers,
+        crate::progress::count(m.n_layers, "layer", None),
         m.d_model,
-        m.n_heads,
+        crate::progress::count(m.n_heads, "head", None),
         m.n_kv_heads.unwrap_or(m.n_heads),
         m.ctx,
         started.elapsed().as_secs_f64()

@@ -44,7 +44,7 @@ pub fn run(a: Args) -> Result<()> {
     if a.json {
         println!("{}", serde_json::to_string(&r)?);
     } else {
-        r.print(&a.experiment.display().to_string());
+        print!("{}", r.render(&a.experiment.display().to_string()));
     }
     Ok(())
 }
@@ -127,37 +127,82 @@ pub fn init_check(
 }
 
 impl InitReport {
-    /// The terminal table.
-    pub fn print(&self, experiment: &str) {
-        println!(
-            "{experiment}: token kernel at init, {} sequences × {} tokens (layer 0 = input to block 1)",
-            self.sequences, self.len
+    /// The terminal table. Layers count block inputs from 0, as every sinklab metric
+    /// (`layer00` = block 0): layer l is block l's input, the last one the last block's output.
+    pub fn render(&self, experiment: &str) -> String {
+        use std::fmt::Write;
+        let mut out = String::new();
+        let last = self.layers.len().saturating_sub(1);
+        let _ = writeln!(
+            out,
+            "{experiment}: token kernel at init, {} sequences × {} tokens (layer l = the \
+             block-l input, blocks counted from 0; layer {last} = the output of block {})",
+            self.sequences,
+            self.len,
+            last.saturating_sub(1)
         );
         let spa = self.layers.iter().any(|l| l.spa_distance.is_some());
-        print!("{:>5} {:>10} {:>10}", "layer", "mean cos", "‖x‖²/d");
+        let _ = write!(out, "{:>5} {:>10} {:>10}", "layer", "mean cos", "‖x‖²/d");
         if spa {
-            print!(
+            let _ = write!(
+                out,
                 " {:>11} {:>14} {:>12}",
                 "target cos", "‖C−Σ‖/‖Σ‖", "min A_l"
             );
         }
-        println!();
+        out.push('\n');
         for l in &self.layers {
-            print!("{:>5} {:>10.4} {:>10.4}", l.layer, l.mean_cos, l.diag);
+            let _ = write!(out, "{:>5} {:>10.4} {:>10.4}", l.layer, l.mean_cos, l.diag);
             if spa {
                 let f =
                     |v: Option<f64>, p: usize| v.map_or("-".to_string(), |v| format!("{v:.p$}"));
-                print!(
+                let _ = write!(
+                    out,
                     " {:>11} {:>14} {:>12}",
                     f(l.target_mean_cos, 4),
                     f(l.spa_distance, 4),
                     l.min_entry.map_or("-".into(), |v| format!("{v:.2e}"))
                 );
             }
-            println!();
+            out.push('\n');
         }
         if spa {
-            println!("every causal entry of every A_l is positive (checked in f64)");
+            out.push_str("every causal entry of every A_l is positive (checked in f64)\n");
         }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layers_are_block_inputs_counted_from_zero() {
+        // a 2-block model: rows 0, 1, 2 = block 0's input, block 1's input, block 1's output
+        let row = |layer| LayerKernel {
+            layer,
+            mean_cos: 0.5,
+            diag: 1.0,
+            target_mean_cos: None,
+            spa_distance: None,
+            min_entry: None,
+        };
+        let r = InitReport {
+            sequences: 4,
+            len: 8,
+            layers: (0..3).map(row).collect(),
+        };
+        let text = r.render("x.toml");
+        let header = text.lines().next().unwrap();
+        assert!(header.contains("layer l = the block-l input"), "{header}");
+        assert!(
+            header.contains("layer 2 = the output of block 1)"),
+            "{header}"
+        );
+        assert!(!header.contains("block 2"), "there is no block 2: {header}");
+        let rows: Vec<&str> = text.lines().skip(2).collect();
+        assert_eq!(rows.len(), 3, "{text}");
+        assert!(rows[0].trim_start().starts_with("0 ") && rows[2].trim_start().starts_with("2 "));
     }
 }

@@ -211,34 +211,154 @@ fn apply_override_from(
 }
 
 /// The valid `kind`s of the tagged enum at `segs`, found by asking the schema about an
-/// impossible one.
-fn choices(table: &toml::Table, segs: &[String]) -> String {
+/// impossible one (empty when there is no tagged enum there).
+fn choices(table: &toml::Table, segs: &[String]) -> Vec<String> {
     let mut probe = table.clone();
     let Some((last, init)) = segs.split_last() else {
-        return "(see the README)".into();
+        return Vec::new();
     };
     let mut cursor = &mut probe;
     for seg in init {
         match cursor.get_mut(seg) {
             Some(toml::Value::Table(t)) => cursor = t,
-            _ => return "(see the README)".into(),
+            _ => return Vec::new(),
         }
     }
     let mut bad = toml::Table::new();
     bad.insert("kind".into(), toml::Value::String("\u{1}".into()));
     cursor.insert(last.clone(), toml::Value::Table(bad));
-    match serde_path_to_error::deserialize::<_, Experiment>(toml::Value::Table(probe)) {
-        Err(e) => {
-            let m = e.inner().to_string();
-            match m.split_once("expected ") {
-                Some((_, list)) if m.contains("unknown variant") => {
-                    list.lines().next().unwrap_or("").to_string()
+    match first_error(&probe) {
+        Some((_, m)) if m.starts_with("unknown variant") => m
+            .split_once("expected ")
+            .map(|(_, list)| {
+                list.split('`')
+                    .skip(1)
+                    .step_by(2)
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default(),
+        _ => Vec::new(),
+    }
+}
+
+/// The first structural error of a merged table: its serde path and the first line of its
+/// message.
+fn first_error(table: &toml::Table) -> Option<(Vec<String>, String)> {
+    match serde_path_to_error::deserialize::<_, Experiment>(toml::Value::Table(table.clone())) {
+        Ok(_) => None,
+        Err(e) => Some((
+            path_segments(e.path()),
+            e.inner()
+                .to_string()
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .to_string(),
+        )),
+    }
+}
+
+/// The value at a serde path.
+fn value_at<'a>(table: &'a toml::Table, segs: &[String]) -> Option<&'a toml::Value> {
+    let (first, rest) = segs.split_first()?;
+    rest.iter()
+        .try_fold(table.get(first)?, |v, seg| v.as_table()?.get(seg))
+}
+
+/// The key an error belongs to. serde reads a `kind`-tagged table from a buffer, so its path
+/// stops at the table: an error in `slot = { kind = "k_bias", value = "zero" }` names `…slot`.
+/// Inside such a table the culprit is the key whose removal changes the error (descending
+/// while it is a table); a missing key belongs to the innermost table that, given the key,
+/// stops missing it.
+fn locate(table: &toml::Table, segs: &[String], msg: &str) -> Vec<String> {
+    let tagged = |at: &[String]| matches!(value_at(table, at), Some(toml::Value::Table(t)) if t.contains_key("kind"));
+    if !tagged(segs) {
+        return segs.to_vec();
+    }
+    let same = |probe: &toml::Table| first_error(probe).is_some_and(|(_, m)| m == msg);
+    if let Some(field) = msg
+        .strip_prefix("missing field `")
+        .and_then(|r| r.split('`').next())
+    {
+        // tables below segs, innermost first
+        let mut inner = Vec::new();
+        let mut stack = vec![segs.to_vec()];
+        while let Some(at) = stack.pop() {
+            if let Some(toml::Value::Table(t)) = value_at(table, &at) {
+                for (k, v) in t {
+                    if v.is_table() {
+                        let mut p = at.clone();
+                        p.push(k.clone());
+                        inner.push(p.clone());
+                        stack.push(p);
+                    }
                 }
-                _ => "(see the README)".into(),
             }
         }
-        Ok(_) => "(see the README)".into(),
+        inner.sort_by_key(|p| std::cmp::Reverse(p.len()));
+        for at in inner {
+            let mut probe = table.clone();
+            let mut p = at.clone();
+            p.push(field.to_string());
+            set_at(&mut probe, &p, toml::Value::String("\u{1}".into()));
+            if !same(&probe) {
+                return at;
+            }
+        }
+        return segs.to_vec();
     }
+    let mut at = segs.to_vec();
+    while let Some(toml::Value::Table(t)) = value_at(table, &at) {
+        let culprit = t.keys().filter(|k| *k != "kind").find(|k| {
+            let mut probe = table.clone();
+            let mut p = at.clone();
+            p.push(k.to_string());
+            remove_at(&mut probe, &p);
+            !same(&probe)
+        });
+        match culprit {
+            Some(k) => at.push(k.clone()),
+            None => break,
+        }
+    }
+    at
+}
+
+/// Set the value at a path whose tables exist.
+fn set_at(table: &mut toml::Table, path: &[String], value: toml::Value) {
+    let Some((last, init)) = path.split_last() else {
+        return;
+    };
+    let mut cursor = table;
+    for seg in init {
+        match cursor.get_mut(seg) {
+            Some(toml::Value::Table(t)) => cursor = t,
+            _ => return,
+        }
+    }
+    cursor.insert(last.clone(), value);
+}
+
+/// "expected a table like value = { kind = "zero" }; valid kinds: zero, e1, ones" for a
+/// non-table `found` where the tagged enum at `segs` is expected.
+fn tagged_table_expected(table: &toml::Table, segs: &[String], found: &str) -> String {
+    let kinds = choices(table, segs);
+    if kinds.is_empty() {
+        return "expected a table { kind = \"…\" } (see the README)".into();
+    }
+    // the string the user wrote, when it names a kind, else the first kind
+    let written = found
+        .strip_prefix("string \"")
+        .and_then(|r| r.strip_suffix('"'));
+    let example = written
+        .filter(|w| kinds.iter().any(|k| k == w))
+        .unwrap_or(&kinds[0]);
+    let key = segs.last().map_or("", String::as_str);
+    format!(
+        "expected a table like {key} = {{ kind = \"{example}\" }}; valid kinds: {}",
+        kinds.join(", ")
+    )
 }
 
 /// Remove the value at a serde path from a table; returns false when the path does not exist.
@@ -305,9 +425,9 @@ fn deserialize_all(
                 };
             }
             Err(e) => {
-                let mut segs = path_segments(e.path());
                 let full_msg = e.inner().to_string();
                 let msg = full_msg.lines().next().unwrap_or_default().to_string();
+                let mut segs = locate(&table, &path_segments(e.path()), &msg);
                 // serde reports an unknown field at the parent's path; name the field itself.
                 if let Some(field) = msg
                     .strip_prefix("unknown field `")
@@ -316,14 +436,14 @@ fn deserialize_all(
                     if segs.last().map(String::as_str) != Some(field) {
                         segs.push(field.to_string());
                     }
-                    let valid = msg
-                        .split_once(", expected ")
-                        .map(|(_, v)| v.to_string())
-                        .unwrap_or_default();
+                    let message = match msg.split_once(", expected ") {
+                        Some((_, valid)) => format!("unknown key; valid keys here: {valid}"),
+                        None => "unknown key; this table takes no key but `kind`".into(),
+                    };
                     errors.push(ConfigError {
                         file: origin(origins, &segs.join("."), file),
                         path: segs.join("."),
-                        message: format!("unknown key; valid keys here: {valid}"),
+                        message,
                     });
                 } else if let Some(field) = msg
                     .strip_prefix("missing field `")
@@ -344,10 +464,11 @@ fn deserialize_all(
                     let mut message = explain(&msg);
                     if let Some((before, _)) = message.split_once("expected internally tagged enum")
                     {
-                        message = format!(
-                            "{before}expected a table {{ kind = \"…\" }} with kind {}",
-                            choices(&table, &segs)
-                        );
+                        let found = before
+                            .trim_start_matches("wrong type: ")
+                            .trim_end_matches(", ");
+                        message =
+                            format!("{before}{}", tagged_table_expected(&table, &segs, found));
                     }
                     errors.push(ConfigError {
                         file: origin(origins, &segs.join("."), file),

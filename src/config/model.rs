@@ -91,18 +91,31 @@ impl ModelConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum NormConfig {
-    /// `x / sqrt(mean(x²) + eps) · g`.
-    RmsNorm { eps: f64 },
-    /// `(x − mean x) / sqrt(var x + eps) · g + b` (biased variance, as PyTorch).
-    LayerNorm { eps: f64 },
+    /// `x / sqrt(mean(x²) + eps) · g`; eps defaults to 1e-5.
+    RmsNorm {
+        #[serde(default = "default_norm_eps")]
+        eps: f64,
+    },
+    /// `(x − mean x) / sqrt(var x + eps) · g + b` (biased variance, as PyTorch); eps defaults
+    /// to 1e-5 (PyTorch's).
+    LayerNorm {
+        #[serde(default = "default_norm_eps")]
+        eps: f64,
+    },
     /// No normalisation anywhere in the blocks and no final norm (skipless "no-norm" models;
     /// see `input_norm`).
     None {},
 }
 
+fn default_norm_eps() -> f64 {
+    1e-5
+}
+
 impl Default for NormConfig {
     fn default() -> Self {
-        NormConfig::RmsNorm { eps: 1e-5 }
+        NormConfig::RmsNorm {
+            eps: default_norm_eps(),
+        }
     }
 }
 
@@ -150,6 +163,8 @@ pub enum PositionsConfig {
     /// `r = 2·floor(fraction·d_head/2)` dimensions, dimension i is paired with i + r/2 (Burn's
     /// `RotaryEncoding` pairs adjacent dimensions instead); the rest are not rotated.
     Rope {
+        /// Wavelength base; 10000 by default (Su et al., LLaMA).
+        #[serde(default = "default_rope_base")]
         base: f64,
         #[serde(default = "default_rope_fraction")]
         fraction: f64,
@@ -168,6 +183,9 @@ pub enum PositionsConfig {
     },
 }
 
+fn default_rope_base() -> f64 {
+    10000.0
+}
 fn default_rope_fraction() -> f64 {
     1.0
 }
@@ -181,7 +199,7 @@ fn default_rel_max_distance() -> usize {
 impl Default for PositionsConfig {
     fn default() -> Self {
         PositionsConfig::Rope {
-            base: 10000.0,
+            base: default_rope_base(),
             fraction: default_rope_fraction(),
             pairing: RopePairing::Halves,
         }

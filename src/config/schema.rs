@@ -301,6 +301,7 @@ pub enum TokenizerConfig {
     /// documents, split evenly over the domains (each domain's share taken from its start,
     /// which must lie in its training split).
     Bpe {
+        #[serde(default = "default_bpe_vocab")]
         vocab_size: usize,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         sample_bytes: Option<u64>,
@@ -331,10 +332,14 @@ impl TokenizerConfig {
     }
 }
 
+fn default_bpe_vocab() -> usize {
+    2048
+}
+
 impl Default for TokenizerConfig {
     fn default() -> Self {
         TokenizerConfig::Bpe {
-            vocab_size: 2048,
+            vocab_size: default_bpe_vocab(),
             sample_bytes: None,
             sample_documents: None,
         }
@@ -385,8 +390,16 @@ pub enum Algorithm {
     /// Adam with decoupled weight decay: `p ← p(1 − lr·wd) − lr·m̂/(√v̂ + ε)`.
     Adamw {},
     /// SGD with momentum μ and weight decay as an L2 term in the gradient (PyTorch's `SGD`):
-    /// `g ← g + wd·p; b ← μ b + g` (b = g at the first step); `p ← p − lr·b`.
-    Sgd { momentum: f64 },
+    /// `g ← g + wd·p; b ← μ b + g` (b = g at the first step); `p ← p − lr·b`. μ defaults to
+    /// 0.9.
+    Sgd {
+        #[serde(default = "default_momentum")]
+        momentum: f64,
+    },
+}
+
+fn default_momentum() -> f64 {
+    0.9
 }
 
 impl Default for Algorithm {
@@ -407,23 +420,44 @@ pub enum DecayPolicy {
     MatricesOnly,
 }
 
-/// Learning-rate schedule. `warmup` is a number of steps of linear warmup from 0.
+/// Learning-rate schedule. `warmup` is a number of steps of linear warmup from 0 (default
+/// 100 in every schedule); `min_lr` defaults to 3e-4.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum ScheduleConfig {
     /// Warmup, then constant `lr` (Gu et al.'s "cosine" with min_lr = lr is this).
-    Constant { warmup: u64 },
+    Constant {
+        #[serde(default = "default_warmup")]
+        warmup: u64,
+    },
     /// Warmup, then cosine decay from `lr` to `min_lr` at the last step.
-    WarmupCosine { warmup: u64, min_lr: f64 },
+    WarmupCosine {
+        #[serde(default = "default_warmup")]
+        warmup: u64,
+        #[serde(default = "default_min_lr")]
+        min_lr: f64,
+    },
     /// Warmup, then linear decay from `lr` to `min_lr` at the last step.
-    WarmupLinear { warmup: u64, min_lr: f64 },
+    WarmupLinear {
+        #[serde(default = "default_warmup")]
+        warmup: u64,
+        #[serde(default = "default_min_lr")]
+        min_lr: f64,
+    },
+}
+
+fn default_warmup() -> u64 {
+    100
+}
+fn default_min_lr() -> f64 {
+    3e-4
 }
 
 impl Default for ScheduleConfig {
     fn default() -> Self {
         ScheduleConfig::WarmupCosine {
-            warmup: 100,
-            min_lr: 3e-4,
+            warmup: default_warmup(),
+            min_lr: default_min_lr(),
         }
     }
 }
@@ -459,6 +493,44 @@ pub struct TrainConfig {
     /// checkpoint is newer).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub init_from: Option<std::path::PathBuf>,
+    /// The precision of the training forward and backward (mixed precision): `"f32"`, or
+    /// `"bf16"` / `"f16"` for every matrix product (linear layers, q·kᵀ, A·V, the head), whose
+    /// inputs are cast down and outputs back to f32; master weights, gradients, optimizer
+    /// state, norms, softmax, the residual stream and the loss stay f32. `"f16"` adds dynamic
+    /// loss scaling. Probes, evaluation and checkpoints are f32.
+    pub precision: Precision,
+}
+
+/// The dtype of the matrix products in a forward (`train.precision`, `eval --precision`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Precision {
+    #[default]
+    F32,
+    Bf16,
+    F16,
+}
+
+impl Precision {
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::F32 => "f32",
+            Precision::Bf16 => "bf16",
+            Precision::F16 => "f16",
+        }
+    }
+}
+
+impl std::str::FromStr for Precision {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "f32" => Ok(Precision::F32),
+            "bf16" => Ok(Precision::Bf16),
+            "f16" => Ok(Precision::F16),
+            _ => Err(format!("precision {s:?}: expected f32, bf16 or f16")),
+        }
+    }
 }
 
 impl Default for TrainConfig {
@@ -473,6 +545,7 @@ impl Default for TrainConfig {
             keep_checkpoints: 3,
             log_every: 10,
             init_from: None,
+            precision: Precision::F32,
         }
     }
 }

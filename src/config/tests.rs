@@ -253,3 +253,154 @@ fn diff_names_changed_keys_by_path_even_when_the_new_line_exists_elsewhere() {
     assert!(super::diff(&old, &old).is_empty());
     assert_eq!(super::diff(&new, &old)[2], "optim.warm (removed; was 1)");
 }
+
+#[test]
+fn a_non_table_where_a_kind_table_belongs_names_its_key_and_the_table_form() {
+    let err = |text: &str| from_str("t.toml", text).unwrap_err();
+    // a string inside a tagged table: the key inside it, not the outer table's kinds
+    let e = err("[model.attention]\nslot = { kind = \"k_bias\", value = \"zero\" }\n");
+    assert_eq!(e.0.len(), 1, "{e}");
+    assert_eq!(e.0[0].path, "model.attention.slot.value", "{e}");
+    assert!(
+        e.0[0].message.contains(
+            "expected a table like value = { kind = \"zero\" }; valid kinds: zero, e1, ones"
+        ),
+        "{e}"
+    );
+    assert!(!e.0[0].message.contains("sink_logit"), "{e}");
+    // a string at the top of a tagged key, a number, a string that is no kind
+    let e = err("[model.attention]\nslot = \"none\"\n[model]\nnorm = 5\n");
+    let by_path = |p: &str| {
+        e.0.iter()
+            .find(|x| x.path == p)
+            .unwrap_or_else(|| panic!("{p}: {e}"))
+            .message
+            .clone()
+    };
+    assert!(
+        by_path("model.attention.slot").contains(
+            "string \"none\", expected a table like slot = { kind = \"none\" }; valid kinds: \
+             none, sink_logit, kv_bias, k_bias, v_bias, memory_kv"
+        ),
+        "{e}"
+    );
+    assert!(
+        by_path("model.norm").contains(
+            "integer `5`, expected a table like norm = { kind = \"rms_norm\" }; valid kinds: \
+             rms_norm, layer_norm, none"
+        ),
+        "{e}"
+    );
+    // other mistakes inside tagged tables are located too: an unknown choice, a missing key,
+    // an unknown key two tables down
+    let cases = [
+        (
+            "[model.attention]\nnormaliser = { kind = \"linear\", feature_map = \"x\", normaliser = \"none\" }\n",
+            "model.attention.normaliser.feature_map",
+            "unknown choice `x`",
+        ),
+        (
+            "[model.attention]\nslot = { kind = \"k_bias\", value = { kind = \"e1\" } }\n",
+            "model.attention.slot.value.m",
+            "missing required key",
+        ),
+        (
+            "[model.attention]\nslot = { kind = \"k_bias\", value = { kind = \"zero\", m = 1.0 } }\n",
+            "model.attention.slot.value.m",
+            "unknown key; this table takes no key but `kind`",
+        ),
+        (
+            "[model]\nblock = { kind = \"pre_norm\", gains = { alpha_sa = { init = \"x\" } } }\n",
+            "model.block.gains.alpha_sa.init",
+            "expected a number",
+        ),
+    ];
+    for (text, path, want) in cases {
+        let e = err(text);
+        assert_eq!(e.0.len(), 1, "{e}");
+        assert_eq!(e.0[0].path, path, "{e}");
+        assert!(e.0[0].message.contains(want), "{e}");
+    }
+}
+
+/// `key = { kind = "…", a = 1, … }` tables of README.md's "Experiment files" block whose values
+/// are all TOML: (section, key, the inline table).
+fn readme_default_tables() -> Vec<(String, String, String)> {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let block = readme
+        .split("## Experiment files")
+        .nth(1)
+        .and_then(|r| r.split("```toml").nth(1))
+        .and_then(|r| r.split("```").next())
+        .expect("README's experiment-file block");
+    let mut out = Vec::new();
+    let mut section = String::new();
+    for line in block.lines() {
+        if let Some(s) = line.strip_prefix('[') {
+            section = s.split(']').next().unwrap().to_string();
+        }
+        // `key = { kind … }`, and `| { kind … }` for another choice of the same key
+        let mut rest = line;
+        let mut key = String::new();
+        while let Some(i) = rest.find("{ kind") {
+            let before = rest[..i].trim_end();
+            if let Some(b) = before.strip_suffix('=') {
+                key = b.trim_end().rsplit([' ', ',']).next().unwrap().to_string();
+            } else if !before.ends_with('|') {
+                key.clear();
+            }
+            let table = &rest[i..];
+            let end = table.find('}').map_or(table.len(), |e| e + 1);
+            if !key.is_empty() {
+                out.push((section.clone(), key.clone(), table[..end].to_string()));
+            }
+            rest = &table[end..];
+        }
+    }
+    out
+}
+
+#[test]
+fn the_readme_defaults_are_the_defaults_of_a_table_given_only_its_kind() {
+    let mut checked = Vec::new();
+    for (section, key, table) in readme_default_tables() {
+        let full = format!("[{section}]\n{key} = {table}\n");
+        // a table naming what it is with words (`path`, `model.ctx + 1`) is not a default
+        let Ok(documented) = from_str("readme.toml", &full) else {
+            continue;
+        };
+        let kind = table.split('"').nth(1).unwrap();
+        let bare = from_str(
+            "bare.toml",
+            &format!("[{section}]\n{key} = {{ kind = \"{kind}\" }}\n"),
+        )
+        .unwrap_or_else(|e| panic!("{key} = {{ kind = \"{kind}\" }} alone: {e}"));
+        assert_eq!(bare, documented, "README: {key} = {table}");
+        checked.push(key);
+    }
+    for key in ["norm", "positions", "schedule"] {
+        assert!(
+            checked.iter().any(|k| k == key),
+            "{key} not found in {checked:?}"
+        );
+    }
+    // both choices of the optimiser
+    assert_eq!(
+        checked.iter().filter(|k| *k == "algorithm").count(),
+        2,
+        "{checked:?}"
+    );
+    // and the defaults the README states in words
+    let exp = from_str(
+        "x.toml",
+        "[data]\ntokenizer = { kind = \"bpe\" }\n[model]\nnorm = { kind = \"layer_norm\" }\n\
+         [optim]\nschedule = { kind = \"constant\" }\n",
+    )
+    .unwrap();
+    assert_eq!(exp.data.tokenizer, TokenizerConfig::default());
+    assert_eq!(exp.model.norm, NormConfig::LayerNorm { eps: 1e-5 });
+    assert_eq!(exp.optim.schedule, ScheduleConfig::Constant { warmup: 100 });
+    let rope = from_str("r.toml", "[model]\npositions = { kind = \"rope\" }\n").unwrap();
+    assert_eq!(rope.model.positions, PositionsConfig::default());
+}

@@ -8,7 +8,8 @@
 //! Preparation ([`prepare`]) streams the corpus into memory-mapped `u16`/`u32` token shards
 //! with a manifest, cached under `data.cache_dir/NAME-KEY/`; each domain's stream is its
 //! documents, each followed by `<|endoftext|>`, the last `val_fraction` held out for
-//! validation.
+//! validation. Concurrent preparations of one corpus share a lock; a failed one removes what it
+//! created ([`lock`]).
 //!
 //! Sampling is a pure function of (seed, step, micro-batch index): a killed run that resumes at
 //! step s reads exactly the batches the uninterrupted run read.
@@ -20,6 +21,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::path::PathBuf;
 
+mod lock;
 mod prepare;
 mod source;
 pub mod synthetic;

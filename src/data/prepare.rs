@@ -22,6 +22,7 @@
 //! Memory is bounded by two batches of text in flight plus their ids, the longest document,
 //! and (BPE) the trainer's pre-token counts; not by the corpus.
 
+use super::lock::DirLock;
 use super::source::{FileRead, SourceFile};
 use super::tokens::{Tokens, Width};
 use super::{Dataset, Domain, hex};
@@ -97,25 +98,48 @@ pub struct Shard {
     pub read: FileRead,
 }
 
-/// Check that the configured corpus exists: the manifest and domain files of a corpus
-/// directory, or every `data.sources` pattern matching a readable file (nothing is read).
-pub fn check(cfg: &DataConfig) -> Result<()> {
-    plan(cfg).map(|_| ())
+/// Every problem with the configured corpus on this machine, each as (TOML path, message): a
+/// corpus directory's manifest and domain files, every `data.sources` pattern matching at
+/// least one readable file of a known format (nothing is read).
+pub fn check(cfg: &DataConfig) -> Vec<(String, String)> {
+    survey(cfg).1
 }
 
+/// The plan, or an error listing every problem [`check`] finds.
 fn plan(cfg: &DataConfig) -> Result<Plan> {
+    let (plan, problems) = survey(cfg);
+    if problems.is_empty() {
+        return Ok(plan);
+    }
+    let lines: Vec<String> = problems
+        .iter()
+        .map(|(path, m)| format!("`{path}`: {m}"))
+        .collect();
+    bail!("{}", lines.join("\n"))
+}
+
+/// The plan and every problem found while making it (the plan lacks the files with problems).
+fn survey(cfg: &DataConfig) -> (Plan, Vec<(String, String)>) {
+    let mut problems = Vec::new();
     if !cfg.sources.is_empty() {
         let mut domains = Vec::new();
         for (name, s) in &cfg.sources {
             let mut files = Vec::new();
             for (i, pat) in s.files.iter().enumerate() {
-                let at = format!("data.sources.{name}.files[{i}] = {pat:?}");
-                let found = expand(pat, s.format).with_context(|| at.clone())?;
-                if found.is_empty() {
-                    bail!("{at}: matches no file");
-                }
-                for p in found {
-                    files.push(SourceFile::open(&p, s.format).with_context(|| at.clone())?);
+                let at = format!("data.sources.{name}.files[{i}]");
+                match expand(pat, s.format) {
+                    Err(e) => problems.push((at, format!("{pat:?}: {e:#}"))),
+                    Ok(found) if found.is_empty() => {
+                        problems.push((at, format!("{pat:?} matches no file")))
+                    }
+                    Ok(found) => {
+                        for p in found {
+                            match SourceFile::open(&p, s.format) {
+                                Ok(f) => files.push(f),
+                                Err(e) => problems.push((at.clone(), format!("{pat:?}: {e:#}"))),
+                            }
+                        }
+                    }
                 }
             }
             domains.push(PlanDomain {
@@ -124,10 +148,11 @@ fn plan(cfg: &DataConfig) -> Result<Plan> {
                 text_field: s.text_field.clone(),
             });
         }
-        return Ok(Plan {
+        let plan = Plan {
             name: "sources".into(),
             domains,
-        });
+        };
+        return (plan, problems);
     }
     if cfg.corpus == "embedded" {
         let manifest: CorpusManifest = serde_json::from_str(super::EMBEDDED_MANIFEST)
@@ -143,38 +168,51 @@ fn plan(cfg: &DataConfig) -> Result<Plan> {
                 }
             })
             .collect();
-        return Ok(Plan {
+        let plan = Plan {
             name: "embedded".into(),
             domains,
-        });
+        };
+        return (plan, problems);
     }
     let dir = PathBuf::from(&cfg.corpus);
     let mpath = dir.join("manifest.json");
-    let text = std::fs::read_to_string(&mpath).with_context(|| {
-        format!(
-            "data.corpus = {:?}: cannot read {}; expected \"embedded\", a corpus directory built \
-             by `python3 scripts/build_corpus.py`, or files under [data.sources.NAME]",
-            cfg.corpus,
-            mpath.display()
-        )
-    })?;
-    let manifest: CorpusManifest = serde_json::from_str(&text)
-        .with_context(|| format!("{}: not a sinklab corpus manifest", mpath.display()))?;
-    let mut domains = Vec::new();
-    for (name, d) in &manifest.domains {
-        let p = dir.join(&d.file);
-        let f = SourceFile::open(&p, SourceFormat::Text)
-            .with_context(|| format!("corpus domain {name}"))?;
-        domains.push(PlanDomain {
-            name: name.clone(),
-            files: vec![f],
-            text_field: String::new(),
+    let manifest = std::fs::read_to_string(&mpath)
+        .map_err(|e| {
+            format!(
+                "{:?}: cannot read {} ({e}); expected \"embedded\", a corpus directory built by \
+                 `python3 scripts/build_corpus.py`, or files under [data.sources.NAME]",
+                cfg.corpus,
+                mpath.display()
+            )
+        })
+        .and_then(|text| {
+            serde_json::from_str::<CorpusManifest>(&text)
+                .map_err(|e| format!("{}: not a sinklab corpus manifest: {e}", mpath.display()))
         });
+    let mut plan = Plan {
+        name: String::new(),
+        domains: Vec::new(),
+    };
+    match manifest {
+        Err(m) => problems.push(("data.corpus".into(), m)),
+        Ok(manifest) => {
+            for (name, d) in &manifest.domains {
+                match SourceFile::open(&dir.join(&d.file), SourceFormat::Text) {
+                    Ok(f) => plan.domains.push(PlanDomain {
+                        name: name.clone(),
+                        files: vec![f],
+                        text_field: String::new(),
+                    }),
+                    Err(e) => problems.push((
+                        "data.corpus".into(),
+                        format!("{:?}: domain {name}: {e:#}", cfg.corpus),
+                    )),
+                }
+            }
+            plan.name = manifest.name;
+        }
     }
-    Ok(Plan {
-        name: manifest.name,
-        domains,
-    })
+    (plan, problems)
 }
 
 /// A corpus directory's `manifest.json` (`datasets/README.md`).
@@ -275,16 +313,26 @@ impl Dataset {
             log(&format!("data: using prepared shards {}", dir.display()));
         } else {
             // Runs of a sweep may prepare the same corpus at once: one builds, the others wait
-            // for its lock and then open the result. The lock dies with its process.
-            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-            let _lock = lock(&dir.join(".lock"))?;
+            // for its lock and then open the result (`super::lock`). A failed build removes
+            // what it created; an interrupted one (killed) leaves its shards to resume from.
+            let lock = DirLock::take(&dir)?;
             if dir.join("manifest.json").exists() {
                 log(&format!(
                     "data: using shards another process prepared {}",
                     dir.display()
                 ));
             } else {
-                build(cfg, &plan, &dir, log)?;
+                let before = lock.entries()?;
+                if let Err(e) = build(cfg, &plan, &dir, log) {
+                    return Err(match lock.undo(&before) {
+                        Ok(()) => e,
+                        Err(u) => anyhow!(
+                            "{e:#}\n(removing what the failed preparation created in {} failed \
+                             too: {u:#})",
+                            dir.display()
+                        ),
+                    });
+                }
             }
         }
         Self::open(&dir, &cfg.tokenizer)
@@ -315,22 +363,6 @@ impl Dataset {
             dir: dir.to_path_buf(),
         })
     }
-}
-
-/// An exclusive advisory lock on `path` (blocking), released when the file is dropped or the
-/// process dies.
-fn lock(path: &Path) -> Result<std::fs::File> {
-    use std::os::fd::AsRawFd;
-    let f = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
-    // SAFETY: flock on a descriptor this function owns; no memory is passed.
-    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } != 0 {
-        bail!(
-            "locking {}: {}",
-            path.display(),
-            std::io::Error::last_os_error()
-        );
-    }
-    Ok(f)
 }
 
 /// A prepared directory's `tokenizer.json`, with the configured begin/end token names for a
@@ -465,12 +497,12 @@ fn build(cfg: &DataConfig, plan: &Plan, dir: &Path, log: &mut dyn FnMut(&str)) -
     }
     for d in &domains {
         log(&format!(
-            "data: domain {}: {} train / {} val tokens ({} documents, {} files)",
+            "data: domain {}: {} train / {} val tokens ({}, {})",
             d.name,
             d.train_tokens,
             d.val_tokens,
-            d.documents,
-            d.shards.len()
+            crate::progress::count(d.documents, "document", None),
+            crate::progress::count(d.shards.len(), "file", None)
         ));
     }
     let manifest = Manifest {

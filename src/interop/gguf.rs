@@ -640,10 +640,11 @@ pub fn read(path: &Path, log: &mut dyn FnMut(&str)) -> Result<super::Imported> {
                 m
             });
     log(&format!(
-        "{file}: GGUF v{}, llama, {} layers × d {d}, {n_heads} heads / {n_kv} kv, vocab {vocab}, \
+        "{file}: GGUF v{}, llama, {} × d {d}, {} / {n_kv} kv, vocab {vocab}, \
          tensor types {types:?}; dequantised in {:.1} s",
         g.version,
-        shape.n_layers,
+        crate::progress::count(shape.n_layers, "layer", None),
+        crate::progress::count(n_heads, "head", None),
         t0.elapsed().as_secs_f64()
     ));
     let source = serde_json::json!({

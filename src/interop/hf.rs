@@ -234,11 +234,11 @@ pub fn read(dir: &Path, log: &mut dyn FnMut(&str)) -> Result<Imported> {
         .and_then(|e| e.get_ids().first().copied())
         .is_some_and(|id| Some(id) == tok.token_to_id(&bos));
     log(&format!(
-        "{}: {model_type}, {} layers × d {}, {} heads{}, vocab {}; read in {:.1} s",
+        "{}: {model_type}, {} × d {}, {}{}, vocab {}; read in {:.1} s",
         dir.display(),
-        model.n_layers,
+        crate::progress::count(model.n_layers, "layer", None),
         model.d_model,
-        model.n_heads,
+        crate::progress::count(model.n_heads, "head", None),
         model
             .n_kv_heads
             .map_or(String::new(), |k| format!(" / {k} kv")),

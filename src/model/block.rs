@@ -3,7 +3,7 @@
 
 use super::attention::{Attention, LayerProbe};
 use super::context::{Ctx, LayerKv};
-use super::layers::{GainValue, Init, Linear, Norm, gain_param, mix, norm_or_id, scale};
+use super::layers::{Compute, GainValue, Init, Linear, Norm, gain_param, mix, norm_or_id, scale};
 use crate::config::{BlockConfig, FfnConfig, Gain, ModelConfig};
 use crate::spa::SpaLayer;
 use burn::module::{Module, Param};
@@ -54,19 +54,21 @@ impl Mlp {
         })
     }
 
-    pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
-        let gate = |x: Tensor<3>| self.w_gate.as_ref().expect("gated FFN").forward(x); // (B, T, f)
+    /// `x` (B, T, d) → (B, T, d), the products in the `c` dtype (mixed precision).
+    pub fn forward(&self, x: Tensor<3>, c: Compute) -> Tensor<3> {
+        let up = |x: Tensor<3>| self.w_up.forward_in(x, c);
+        let gate = |x: Tensor<3>| self.w_gate.as_ref().expect("gated FFN").forward_in(x, c); // (B, T, f)
         let hidden = match self.kind {
-            FfnConfig::Relu {} => relu(self.w_up.forward(x)),
-            FfnConfig::Gelu {} => gelu(self.w_up.forward(x)),
-            FfnConfig::GeluTanh {} => gelu_tanh(self.w_up.forward(x)),
-            FfnConfig::Silu {} => silu(self.w_up.forward(x)),
-            FfnConfig::Swiglu {} => silu(gate(x.clone())) * self.w_up.forward(x),
-            FfnConfig::Geglu {} => gelu(gate(x.clone())) * self.w_up.forward(x),
-            FfnConfig::Reglu {} => relu(gate(x.clone())) * self.w_up.forward(x),
+            FfnConfig::Relu {} => relu(up(x)),
+            FfnConfig::Gelu {} => gelu(up(x)),
+            FfnConfig::GeluTanh {} => gelu_tanh(up(x)),
+            FfnConfig::Silu {} => silu(up(x)),
+            FfnConfig::Swiglu {} => silu(gate(x.clone())) * up(x),
+            FfnConfig::Geglu {} => gelu(gate(x.clone())) * up(x),
+            FfnConfig::Reglu {} => relu(gate(x.clone())) * up(x),
             FfnConfig::None {} => unreachable!("no MLP is built for ffn = none"),
         }; // (B, T, f)
-        self.w_down.forward(hidden) // (B, T, d)
+        self.w_down.forward_in(hidden, c) // (B, T, d)
     }
 }
 
@@ -177,7 +179,7 @@ impl Block {
                 let Some(mlp) = &self.mlp else {
                     return scale(h, &self.alpha_ff, ga_ff);
                 };
-                let m = mlp.forward(norm_or_id(&self.norm2, h.clone()));
+                let m = mlp.forward(norm_or_id(&self.norm2, h.clone()), ctx.compute);
                 mix(vec![(h, &self.alpha_ff, ga_ff), (m, &self.beta_ff, gb_ff)])
             }
             Wiring::PostNorm => {
@@ -187,7 +189,7 @@ impl Block {
                     h.clone() + self.attn.forward(h, ctx, probe, cache),
                 );
                 match &self.mlp {
-                    Some(mlp) => norm_or_id(&self.norm2, h.clone() + mlp.forward(h)),
+                    Some(mlp) => norm_or_id(&self.norm2, h.clone() + mlp.forward(h, ctx.compute)),
                     None => h,
                 }
             }
@@ -205,7 +207,7 @@ impl Block {
                         Some(n2) => n2.forward(h),
                         None => u,
                     };
-                    terms.push((mlp.forward(u), &self.beta_ff, gb_ff));
+                    terms.push((mlp.forward(u, ctx.compute), &self.beta_ff, gb_ff));
                 }
                 mix(terms)
             }

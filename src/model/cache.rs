@@ -170,6 +170,7 @@ impl Lm {
             &device,
         );
         ctx.keep = policy.window.map(|w| (n_sink + policy.sinks, w));
+        ctx.compute = self.compute;
         for (block, layer) in self.blocks.iter().zip(cache.layers.iter_mut()) {
             h = block.forward(h, &ctx, None, Some(layer));
         }

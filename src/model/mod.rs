@@ -34,7 +34,7 @@ pub mod layers;
 pub use attention::{Attention, LayerProbe};
 pub use block::Block;
 pub use cache::{CachePolicy, KvCache};
-pub use layers::{HostRng, Init, Linear, Norm, identity, orthogonal};
+pub use layers::{Compute, HostRng, Init, Linear, Norm, compute_dtype, identity, orthogonal};
 
 use crate::config::{BlockConfig, HeadKind, ModelConfig, PositionsConfig};
 use burn::module::{Module, Param};
@@ -65,6 +65,10 @@ pub struct Lm {
     pub tables: PositionTables,
     #[module(skip)]
     pub cfg: ModelConfig,
+    /// The dtype of the matrix products of every forward (mixed precision, [`Lm::with_precision`]);
+    /// None: f32.
+    #[module(skip)]
+    pub compute: Compute,
 }
 
 impl Lm {
@@ -138,7 +142,16 @@ impl Lm {
             head,
             tables: PositionTables::new(cfg, cfg.ctx, device),
             cfg: cfg.clone(),
+            compute: None,
         }
+    }
+
+    /// This model with its forwards' matrix products in `p` (mixed precision: the parameters
+    /// stay f32 and are cast at each product, so gradients reach them as f32; see
+    /// [`layers::Compute`]).
+    pub fn with_precision(mut self, p: crate::config::Precision) -> Self {
+        self.compute = layers::compute_dtype(p);
+        self
     }
 
     /// The block-0 input (B, N+T, d) (embedding, absolute positions, sink tokens, input norm)
@@ -164,13 +177,15 @@ impl Lm {
     }
 
     fn context(&self, t: usize, device: &Device) -> Ctx {
-        Ctx::new(
+        let mut ctx = Ctx::new(
             &self.cfg,
             &self.tables,
             self.rel_bias.as_ref().map(|p| p.val()),
             t,
             device,
-        )
+        );
+        ctx.compute = self.compute;
+        ctx
     }
 
     /// Real-token hidden states after the last block, (B, T, d), recording probes if asked and
@@ -276,9 +291,11 @@ impl Lm {
             Some(n) => n.forward(h),
             None => h,
         };
-        match &self.head {
-            Some(head) => head.forward(h),
-            None => linear(h, self.embed.val().transpose(), None), // tied: h Eᵀ
+        match (&self.head, self.compute) {
+            (Some(head), c) => head.forward_in(h, c),
+            (None, None) => linear(h, self.embed.val().transpose(), None), // tied: h Eᵀ
+            (None, Some(dt)) => linear(h.cast(dt), self.embed.val().transpose().cast(dt), None)
+                .cast(burn::tensor::FloatDType::F32),
         }
     }
 

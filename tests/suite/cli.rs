@@ -203,6 +203,46 @@ fn bench_times_training_inference_and_cached_decoding() {
         let tps = r["median_tokens_per_s"].as_f64().unwrap();
         assert!(tps > 1.0 && tps.is_finite(), "{mode}: {tps}");
     }
+    // the median of 2 rounds is their mean, not the larger
+    let (code, out, err) = sinklab_in(
+        None,
+        &[
+            "bench",
+            "experiments/natural_text.toml",
+            "--warmup",
+            "0",
+            "--steps",
+            "1",
+            "--rounds",
+            "2",
+            "--forward",
+            "--json",
+        ],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let r: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    let rounds: Vec<f64> = r["rounds_tokens_per_s"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect();
+    assert_eq!(rounds.len(), 2);
+    let median = r["median_tokens_per_s"].as_f64().unwrap();
+    let mean = 0.5 * (rounds[0] + rounds[1]);
+    assert!(
+        (median - mean).abs() <= 1e-9 * mean,
+        "{median} vs {rounds:?}"
+    );
+    let (code, out, err) = sinklab_in(
+        None,
+        &["bench", "experiments/natural_text.toml", "--rounds", "0"],
+    );
+    assert_eq!(code, 1);
+    assert!(
+        format!("{out}{err}").contains("--rounds 0: need at least 1"),
+        "{out}{err}"
+    );
     let (code, out, err) = sinklab_in(
         None,
         &["bench", "experiments/natural_text.toml", "--decode", "129"],
@@ -212,4 +252,66 @@ fn bench_times_training_inference_and_cached_decoding() {
         format!("{out}{err}").contains("--decode 129: need 1 ≤ tokens ≤ model.ctx = 128"),
         "{out}{err}"
     );
+}
+
+#[test]
+fn check_reports_every_problem_of_this_machine_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // a tokenizer file without the named begin-of-sequence token
+    sinklab::tokenizer::Tokenizer::byte()
+        .unwrap()
+        .save(&d.join("tokenizer.json"))
+        .unwrap();
+    let exp = d.join("machine.toml");
+    let device = if cfg!(feature = "cuda") {
+        ""
+    } else {
+        "device = \"cuda\"\n"
+    };
+    std::fs::write(
+        &exp,
+        format!(
+            "[run]\n{device}[data]\ntokenizer = {{ kind = \"file\", path = \"{0}/tokenizer.json\", \
+             bos = \"<s>\", eot = \"<|endoftext|>\" }}\n[data.sources.web]\nfiles = \
+             [\"{0}/pile/parts\", \"{0}/*.parquet\"]\n",
+            d.display()
+        ),
+    )
+    .unwrap();
+    let f = exp.to_str().unwrap();
+    let (code, out, err) = sinklab_in(None, &["check", f]);
+    assert_eq!(code, 1, "{out}{err}");
+    let mut want = vec![
+        (
+            "`data.sources.web.files[0]`",
+            "pile/parts\": no such file or directory",
+        ),
+        ("`data.sources.web.files[1]`", "*.parquet\" matches no file"),
+        (
+            "`data.tokenizer.path`",
+            "lacks the begin-of-sequence token \"<s>\"",
+        ),
+    ];
+    if !cfg!(feature = "cuda") {
+        want.push(("`run.device`", "without the `cuda` cargo feature"));
+    }
+    let header = format!("machine.toml: {} problems on this machine", want.len());
+    assert!(err.contains(&header), "{header:?} in {err}");
+    for (key, message) in &want {
+        assert!(
+            err.lines()
+                .any(|l| l.contains(f) && l.contains(key) && l.contains(message)),
+            "{key} {message:?} in {err}"
+        );
+    }
+    assert!(err.contains("error: 1 of 1 file has errors"), "{err}");
+    // the file itself is fine
+    let (code, out, err) = sinklab_in(None, &["check", "--schema-only", f]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("(4 layers × d 128, 1000 steps)"), "{out}");
+    // one layer is "1 layer"
+    let (code, out, _) = sinklab_in(None, &["check", "experiments/quickstart.toml"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("(1 layer × d 64, 2000 steps)"), "{out}");
 }

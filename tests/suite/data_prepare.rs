@@ -290,13 +290,17 @@ fn bad_input_is_an_error_naming_the_file_or_a_counted_skip() {
         assert!(out.contains(want), "{file}: want {want:?} in {out}");
         assert!(out.contains("set data.bad_input = \"skip\""), "{out}");
     }
-    // no manifest is left by a failed preparation, so the next attempt starts over cleanly
-    assert!(
-        !d.join("mixed.jsonl-error/cache")
+    // a failed preparation removes what it created (its directory, lock file and shards),
+    // so the next attempt starts over cleanly
+    for file in ["mixed.jsonl", "empty.jsonl", "cut.jsonl.gz", "bad.txt"] {
+        let cache = d.join(format!("{file}-error/cache"));
+        let left: Vec<_> = cache
             .read_dir()
             .unwrap()
-            .any(|e| e.unwrap().path().join("manifest.json").exists())
-    );
+            .map(|e| e.unwrap().path())
+            .collect();
+        assert!(left.is_empty(), "{file}: {left:?}");
+    }
     // skip: counted, reported, recorded
     for (file, kind, n, docs) in [
         ("mixed.jsonl", "malformed_json", 1, 12),
@@ -490,4 +494,135 @@ fn source_configuration_errors_name_the_key() {
     let (code, out) = sinklab_output(None, &["data", "prepare", &exp]);
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("on a sample of 20 documents"), "{out}");
+}
+
+/// Every path under `dir` (relative), with each file's bytes.
+fn tree(dir: &Path) -> std::collections::BTreeMap<std::path::PathBuf, Vec<u8>> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(p) = stack.pop() {
+        for e in std::fs::read_dir(&p).unwrap() {
+            let q = e.unwrap().path();
+            let rel = q.strip_prefix(dir).unwrap().to_path_buf();
+            if q.is_dir() {
+                stack.push(q);
+                out.insert(rel, Vec::new());
+            } else {
+                out.insert(rel, std::fs::read(&q).unwrap());
+            }
+        }
+    }
+    out
+}
+
+/// Replace a file's bytes keeping its size and modification time (so the cache key is
+/// unchanged).
+fn rewrite_in_place(p: &Path, bytes: &[u8]) {
+    let mtime = std::fs::metadata(p).unwrap().modified().unwrap();
+    assert_eq!(std::fs::metadata(p).unwrap().len(), bytes.len() as u64);
+    std::fs::write(p, bytes).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(p)
+        .unwrap()
+        .set_modified(mtime)
+        .unwrap();
+}
+
+#[test]
+fn a_failed_preparation_removes_only_what_it_created() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    for i in 0..3 {
+        std::fs::write(
+            d.join(format!("part-{i}.jsonl")),
+            jsonl(&documents(40, &format!("part{i}")), "text"),
+        )
+        .unwrap();
+    }
+    let exp = experiment(
+        d,
+        &format!(
+            "tokenizer = {{ kind = \"bpe\", vocab_size = 300, sample_bytes = 8000 }}\n\
+             [data.sources.web]\nfiles = [\"{}/part-*.jsonl\"]\n",
+            d.display()
+        ),
+    );
+    let (code, out) = sinklab_output(None, &["data", "prepare", &exp]);
+    assert_eq!(code, 0, "{out}");
+    let p = prepared_dir(&d.join("cache"));
+    // what a kill during the last shard leaves, plus a file of the user's
+    std::fs::remove_file(p.join("manifest.json")).unwrap();
+    std::fs::remove_file(p.join("web/00002.json")).unwrap();
+    std::fs::write(p.join("notes.txt"), b"mine").unwrap();
+    // the last part turns bad (same size and time: same cache key)
+    let good = std::fs::read(d.join("part-2.jsonl")).unwrap();
+    let mut bad = good.clone();
+    let line5 = bad
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| **b == b'\n')
+        .nth(3)
+        .unwrap()
+        .0
+        + 1;
+    bad[line5] = b'X';
+    rewrite_in_place(&d.join("part-2.jsonl"), &bad);
+    let before = tree(&p);
+    let (code, out) = sinklab_output(None, &["data", "prepare", &exp]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains("part-2.jsonl: line 5 is not a JSON object"),
+        "{out}"
+    );
+    // the directory is as it was: the earlier shards, the user's file and the lock file stay
+    assert_eq!(tree(&p), before);
+    assert!(p.join(".lock").exists() && p.join("notes.txt").exists());
+    // and the next attempt resumes from the shards the interrupted one finished
+    rewrite_in_place(&d.join("part-2.jsonl"), &good);
+    let (code, out) = sinklab_output(None, &["data", "prepare", &exp]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("resuming an interrupted preparation"), "{out}");
+    assert_eq!(read_json(&p.join("manifest.json"))["resumed_shards"], 2);
+}
+
+#[test]
+fn concurrent_failed_preparations_each_fail_cleanly_and_leave_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // a tokenizer to train and a big good file before the bad one, so that the preparations
+    // overlap: the others wait on the lock of the one that fails and removes it
+    std::fs::write(d.join("a.jsonl"), jsonl(&documents(3000, "a"), "text")).unwrap();
+    let mut bad = jsonl(&documents(10, "b"), "text");
+    bad.extend_from_slice(b"{\"text\": \"unterminated\n");
+    std::fs::write(d.join("b.jsonl"), bad).unwrap();
+    let exp = experiment(
+        d,
+        &format!(
+            "tokenizer = {{ kind = \"bpe\", vocab_size = 400 }}\n[data.sources.web]\n\
+             files = [\"{0}/a.jsonl\", \"{0}/b.jsonl\"]\n",
+            d.display()
+        ),
+    );
+    let children: Vec<_> = (0..3)
+        .map(|_| {
+            std::process::Command::new(env!("CARGO_BIN_EXE_sinklab"))
+                .args(["data", "prepare", &exp])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for c in children {
+        let o = c.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        assert!(
+            err.contains("b.jsonl: line 11 is not a JSON object"),
+            "{err}"
+        );
+    }
+    let left: Vec<_> = d.join("cache").read_dir().unwrap().collect();
+    assert!(left.is_empty(), "{left:?}");
 }

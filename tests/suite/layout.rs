@@ -11,7 +11,7 @@ const MAX_LINES: usize = 800;
 
 /// The layers of `src/`, bottom first (README.md "Architecture", src/lib.rs): a module may use
 /// only modules before it.
-const ORDER: [&str; 26] = [
+const ORDER: [&str; 27] = [
     "spa",
     "lock",
     "checkpoint",
@@ -23,6 +23,7 @@ const ORDER: [&str; 26] = [
     "config",
     "metrics",
     "backend",
+    "memory",
     "data",
     "optim",
     "model",

@@ -461,7 +461,11 @@ fn config_errors_name_the_file_or_set_flag_that_holds_the_mistake() {
         "{err}"
     );
     assert!(
-        err.contains("base.toml: `model.positions`") && err.contains("`rope`, `relative`"),
+        err.contains("base.toml: `model.positions`")
+            && err.contains(
+                "expected a table like positions = { kind = \"rope\" }; valid kinds: nope, \
+                 sinusoidal, learned, alibi, rope, relative"
+            ),
         "{err}"
     );
     // a two-file cycle names both files
