@@ -41,8 +41,9 @@ xz -T0 -6 -c "$tmp/sinklab" >"$dist/sinklab.xz"
 
 # libdevice: a local toolkit's (the search order of cubecl-llvm), else the pip wheel's.
 libdevice=""
+libdevice_from=""
 for root in "${CUDA_PATH:-}" /usr/local/cuda /opt/cuda /usr/lib/cuda /usr; do
-  [ -n "$root" ] && [ -f "$root/nvvm/libdevice/libdevice.10.bc" ] && { libdevice="$root/nvvm/libdevice/libdevice.10.bc"; break; }
+  [ -n "$root" ] && [ -f "$root/nvvm/libdevice/libdevice.10.bc" ] && { libdevice="$root/nvvm/libdevice/libdevice.10.bc"; libdevice_from="$libdevice"; break; }
 done
 if [ -z "$libdevice" ]; then
   wheels="$HOME/.cache/sinklab-wheels"
@@ -63,6 +64,7 @@ name = next(n for n in z.namelist() if n.endswith("nvvm/libdevice/libdevice.10.b
 open(sys.argv[2], "wb").write(z.read(name))
 PY
     libdevice="$tmp/libdevice.10.bc"
+    libdevice_from="$(basename "$wheel")"
   fi
 fi
 if [ -n "$libdevice" ]; then
@@ -80,7 +82,7 @@ size() { stat -c %s "$1"; }
   echo "binary: $(size "$target/release/sinklab") bytes, stripped $(size "$tmp/sinklab"), xz $(size "$dist/sinklab.xz")"
   echo "binary_sha256: $(sha256sum "$tmp/sinklab" | cut -d' ' -f1)"
   echo "needed: $(readelf -d "$tmp/sinklab" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | tr '\n' ' ')"
-  if [ -n "$libdevice" ]; then echo "libdevice: $(size "$dist/cuda/nvvm/libdevice/libdevice.10.bc") bytes from $libdevice"; fi
+  if [ -n "$libdevice" ]; then echo "libdevice: $(size "$dist/cuda/nvvm/libdevice/libdevice.10.bc") bytes from $libdevice_from"; fi
 } >"$dist/BUILD"
 cat "$dist/BUILD"
 echo "build_gpu_bundle: $(du -sh "$dist" | cut -f1) in $dist; carry it to the GPU machine and run: bash scripts/gpu_checks.sh" >&2

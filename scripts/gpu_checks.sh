@@ -10,13 +10,14 @@
 #
 # Sections (each writes under $OUT, default ./gpu-checks-out, which the device tool brings back):
 #   info   GPU, driver, toolkit, libdevice, the binary's shared libraries, PyTorch, Vulkan
-#   train  experiments/natural_text.toml for $STEPS steps (LR warmup $STEPS/3) on flex, the
-#          reference, and on every TRAIN_VARIANTS entry (cuda, wgpu) from the same initial
-#          weights; per-step train loss, val loss and the norm ratio must agree with flex's
+#   train  experiments/natural_text.toml for $STEPS steps (LR warmup $STEPS/3) on flex at f32,
+#          bf16 and f16 (the references), and on every TRAIN_VARIANTS entry (cuda and wgpu at
+#          f32, cuda at bf16 and f16, wgpu at f16) from the same initial weights; per-step train
+#          loss, val loss and the norm ratio must agree with the flex run of the same precision
 #          within each entry's tolerance (scripts/compare_runs.py)
 #   bench  `sinklab bench` of experiments/gu60m.toml's model (d 768, 10 layers, 8 heads, SwiGLU
 #          1536, RoPE, ctx 2048, vocab 50,432; one micro-batch of 8 × 2048 tokens per step) for
-#          every BENCH_VARIANTS entry (cuda, wgpu): tokens/s and MFU
+#          every BENCH_VARIANTS entry (cuda at f32/bf16/f16, wgpu at f32/f16): tokens/s and MFU
 #   torch  scripts/bench_torch.py on the same shape and step: fp32 with hand-written attention
 #          (sinklab's maths), the same with TF32 matmuls, bf16 autocast + SDPA (what a PyTorch
 #          user runs), and torch.compile of that
@@ -37,30 +38,40 @@ BENCH_WARMUP="${BENCH_WARMUP:-3}"    # untimed steps first (autotune and kernel 
 RUN_TIMEOUT="${RUN_TIMEOUT:-300}"    # seconds allowed to one training run or benchmark
 TORCH_PY="${TORCH_PY:-python3}"      # a Python with PyTorch (CUDA build)
 
-# ---- Variants: "NAME|sinklab flags[|relative tolerance against flex]" -------------------------
-# The lead adds the mixed-precision and fused-attention variants HERE once sinklab has them (they
-# do not exist yet; each needs its own, looser, tolerance):
-#   "cuda-bf16|--device cuda --set train.precision=\"bf16\"|5e-2"    train.precision (issue 29)
-#   "cuda-f16|--device cuda --set train.precision=\"f16\"|5e-2"
-#   "wgpu-f16|--device wgpu --set train.precision=\"f16\"|5e-2"
-#   "cuda-fused|--device cuda --set <the fused-attention key>|2e-2"
-# Tolerance 2e-2: CubeCL's autotune may run f32 matmuls as TF32 on tensor cores (10-bit
-# mantissa); before fusion and autotune, wgpu on an H100 stayed within 0.011 (≈2e-3 relative)
-# of flex's train loss over 100 steps.
-# Flags are split on spaces (no space inside a value). model.attention.kernel = "fused" exists
-# already: Burn's functional attention (flash kernel only for inference, with autotune; training
-# takes Burn's decomposed fallback), not sinklab's own fused training op.
+# ---- Variants --------------------------------------------------------------------------------
+# Training: "NAME|sinklab flags|relative tolerance|flex reference". Each reference is a flex run
+# with the same precision (flex computes bf16 and f16 on the CPU), so a variant is compared with
+# the same maths on the CPU: "flex" (f32), "flex-bf16", "flex-f16".
+# Tolerances: f32 2e-2, since CubeCL's autotune may run f32 matmuls as TF32 on tensor cores
+# (10-bit mantissa; before fusion and autotune, wgpu on an H100 stayed within 0.011, ≈2e-3
+# relative, of flex's train loss over 100 steps); bf16 (8-bit mantissa) 3e-2 and f16 2e-2, since
+# two backends round the same products after summing in different orders.
+# Flags are split on spaces (no space inside a value). model.attention.kernel = "fused" is
+# Burn's functional attention (flash kernel only for inference, with autotune; training takes
+# Burn's decomposed fallback), not a fused training op (issue 29.4, not written yet).
 TRAIN_VARIANTS=(
-  "cuda|--device cuda|2e-2"
-  "wgpu|--device wgpu|2e-2"
-  "cuda-burn-attn|--device cuda --set model.attention.kernel=\"fused\"|2e-2"
+  "cuda|--device cuda|2e-2|flex"
+  "wgpu|--device wgpu|2e-2|flex"
+  "cuda-burn-attn|--device cuda --set model.attention.kernel=\"fused\"|2e-2|flex"
+  "cuda-bf16|--device cuda --set train.precision=\"bf16\"|3e-2|flex-bf16"
+  "cuda-f16|--device cuda --set train.precision=\"f16\"|2e-2|flex-f16"
+  "wgpu-f16|--device wgpu --set train.precision=\"f16\"|2e-2|flex-f16"
 )
+# The flex references: "NAME|flags".
+FLEX_REFERENCES=(
+  "flex|--device flex"
+  "flex-bf16|--device flex --set train.precision=\"bf16\""
+  "flex-f16|--device flex --set train.precision=\"f16\""
+)
+# Throughput: "NAME|sinklab flags". wgpu has no bf16 (WGSL), so no wgpu-bf16.
 BENCH_VARIANTS=(
   "cuda|--device cuda"
+  "cuda-bf16|--device cuda --set train.precision=\"bf16\""
+  "cuda-f16|--device cuda --set train.precision=\"f16\""
   "wgpu|--device wgpu"
+  "wgpu-f16|--device wgpu --set train.precision=\"f16\""
   "cuda-burn-attn|--device cuda --set model.attention.kernel=\"fused\""
-  # "cuda-bf16|--device cuda --set train.precision=\"bf16\""     (not implemented yet)
-  # "cuda-fused|--device cuda --set <the fused-attention key>"   (not implemented yet)
+  "cuda-bf16-burn-attn|--device cuda --set train.precision=\"bf16\" --set model.attention.kernel=\"fused\""
 )
 # PyTorch peers: "NAME|bench_torch.py flags|peak (fp32, tf32 or bf16)".
 TORCH_VARIANTS=(
@@ -86,6 +97,9 @@ done
 mkdir -p "$OUT" "$WORK"
 CHECKS="$OUT/checks.tsv"
 : >"$CHECKS"
+why() { # LOG: the first panic with its message, else the last 3 lines, on one line
+  if grep -q 'panicked at' "$1"; then grep -m 1 -A 1 'panicked at' "$1"; else tail -n 3 "$1"; fi | tr '\n' ' '
+}
 record() { # NAME PASS|FAIL|SKIP DETAIL
   printf '%s\t%s\t%s\n' "$1" "$2" "$3" >>"$CHECKS"
   echo "gpu_checks: $2 $1: $3"
@@ -212,7 +226,7 @@ train_run() { # NAME FLAGS...: natural_text for $STEPS steps; metrics copied to 
   rm -rf "$dir"
   mkdir -p "$OUT/train/$name"
   start=$(date +%s)
-  if timeout "$RUN_TIMEOUT" "$BIN" train experiments/natural_text.toml "$@" --quiet \
+  if timeout -k 30 "$RUN_TIMEOUT" "$BIN" train experiments/natural_text.toml "$@" --quiet \
     --set "run.out_dir=\"$WORK/runs\"" --set "run.name=\"$name\"" --set "data.cache_dir=\"$WORK/cache\"" \
     --set "train.steps=$STEPS" --set "optim.schedule.warmup=$((STEPS / 3))" \
     --set "train.log_every=1" --set "train.eval_every=$EVAL_EVERY" \
@@ -226,27 +240,37 @@ train_run() { # NAME FLAGS...: natural_text for $STEPS steps; metrics copied to 
   return 1
 }
 if has train; then
-  if train_run flex --device flex; then
-    record train-flex PASS "$STEPS steps in $(cat "$OUT/train/flex/wall_s") s"
-    for v in "${TRAIN_VARIANTS[@]}"; do
-      IFS='|' read -r name flags rtol <<<"$v"
-      # shellcheck disable=SC2086
-      if ! train_run "$name" $flags; then
-        record "train-$name" FAIL "training failed or timed out after $(cat "$OUT/train/$name/wall_s") s: $(tail -n 3 "$OUT/train/$name/train.log" | tr '\n' ' ')"
-        continue
-      fi
-      if python3 scripts/compare_runs.py "$OUT/train/flex/metrics.jsonl" "$OUT/train/$name/metrics.jsonl" \
-        --names flex "$name" --label "train $name" --rtol "${rtol:-2e-2}" \
-        --json "$OUT/train/$name/compare.json" >"$OUT/train/$name/compare.txt"; then
-        record "train-$name" PASS "losses within ${rtol:-2e-2} of flex over $STEPS steps ($(cat "$OUT/train/$name/wall_s") s; train/compare.txt)"
-      else
-        record "train-$name" FAIL "losses differ from flex's by more than ${rtol:-2e-2}: see train/$name/compare.txt"
-      fi
-      cat "$OUT/train/$name/compare.txt"
-    done
-  else
-    record train-flex FAIL "the flex reference run failed: $(tail -n 3 "$OUT/train/flex/train.log" | tr '\n' ' ')"
-  fi
+  declare -A ref_ok=()
+  for r in "${FLEX_REFERENCES[@]}"; do
+    IFS='|' read -r name flags <<<"$r"
+    # shellcheck disable=SC2086
+    if train_run "$name" $flags; then
+      ref_ok[$name]=1
+      record "train-$name" PASS "reference: $STEPS steps in $(cat "$OUT/train/$name/wall_s") s"
+    else
+      record "train-$name" FAIL "the flex reference run failed: $(why "$OUT/train/$name/train.log")"
+    fi
+  done
+  for v in "${TRAIN_VARIANTS[@]}"; do
+    IFS='|' read -r name flags rtol ref <<<"$v"
+    if [ -z "${ref_ok[$ref]:-}" ]; then
+      record "train-$name" SKIP "its reference $ref failed"
+      continue
+    fi
+    # shellcheck disable=SC2086
+    if ! train_run "$name" $flags; then
+      record "train-$name" FAIL "training failed or timed out after $(cat "$OUT/train/$name/wall_s") s: $(why "$OUT/train/$name/train.log")"
+      continue
+    fi
+    if python3 scripts/compare_runs.py "$OUT/train/$ref/metrics.jsonl" "$OUT/train/$name/metrics.jsonl" \
+      --names "$ref" "$name" --label "train $name" --rtol "$rtol" \
+      --json "$OUT/train/$name/compare.json" >"$OUT/train/$name/compare.txt"; then
+      record "train-$name" PASS "losses within $rtol of $ref over $STEPS steps ($(cat "$OUT/train/$name/wall_s") s; train/$name/compare.txt)"
+    else
+      record "train-$name" FAIL "losses differ from $ref's by more than $rtol: see train/$name/compare.txt"
+    fi
+    cat "$OUT/train/$name/compare.txt"
+  done
 fi
 
 # ---- bench ----------------------------------------------------------------------------------
@@ -255,12 +279,12 @@ if has bench; then
   for v in "${BENCH_VARIANTS[@]}"; do
     IFS='|' read -r name flags <<<"$v"
     # shellcheck disable=SC2086
-    if timeout "$RUN_TIMEOUT" "$BIN" bench "${GU60M_SINKLAB[@]}" $flags --warmup "$BENCH_WARMUP" \
+    if timeout -k 30 "$RUN_TIMEOUT" "$BIN" bench "${GU60M_SINKLAB[@]}" $flags --warmup "$BENCH_WARMUP" \
       --steps "$BENCH_STEPS" --rounds 3 ${PEAK_FP32:+--peak-gflops "$PEAK_FP32"} --json \
       >"$OUT/bench/sinklab-$name.json" 2>"$OUT/bench/sinklab-$name.log"; then
       record "bench-$name" PASS "$(python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); print(f"{r[\"median_tokens_per_s\"]:.0f} tokens/s")' "$OUT/bench/sinklab-$name.json")"
     else
-      record "bench-$name" FAIL "sinklab bench failed or timed out: $(tail -n 3 "$OUT/bench/sinklab-$name.log" | tr '\n' ' ')"
+      record "bench-$name" FAIL "sinklab bench failed or timed out: $(why "$OUT/bench/sinklab-$name.log")"
       rm -f "$OUT/bench/sinklab-$name.json"
     fi
   done
@@ -275,12 +299,12 @@ if has torch; then
       IFS='|' read -r name flags peak <<<"$v"
       case "$peak" in fp32) p="$PEAK_FP32" ;; tf32) p="$PEAK_TF32" ;; *) p="$PEAK_BF16" ;; esac
       # shellcheck disable=SC2086
-      if timeout "$RUN_TIMEOUT" "$TORCH_PY" scripts/bench_torch.py --device cuda "${GU60M_TORCH[@]}" $flags \
+      if timeout -k 30 "$RUN_TIMEOUT" "$TORCH_PY" scripts/bench_torch.py --device cuda "${GU60M_TORCH[@]}" $flags \
         --warmup "$BENCH_WARMUP" --steps "$BENCH_STEPS" --rounds 3 ${p:+--peak-gflops "$p"} --json \
         >"$OUT/bench/$name.json" 2>"$OUT/bench/$name.log"; then
         record "$name" PASS "$(python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); print(f"{r[\"median_tokens_per_s\"]:.0f} tokens/s")' "$OUT/bench/$name.json")"
       else
-        record "$name" FAIL "bench_torch.py failed or timed out: $(tail -n 3 "$OUT/bench/$name.log" | tr '\n' ' ')"
+        record "$name" FAIL "bench_torch.py failed or timed out: $(why "$OUT/bench/$name.log")"
         rm -f "$OUT/bench/$name.json"
       fi
     done

@@ -98,5 +98,8 @@ if ! cmp -s "$wrapper" "$dir/bin/llvm-config"; then
   install -m 0755 "$wrapper" "$dir/bin/llvm-config"
 fi
 rm -f "$wrapper"
-touch "$dir/.tracel-llvm-installed"
+# Created once, never touched again: the bundler's build script declares
+# `rerun-if-changed=<sentinel>`, so a newer mtime would rebuild cubecl-llvm and every crate above
+# it (the whole CubeCL stack) on the next cargo build.
+[ -e "$dir/.tracel-llvm-installed" ] || : >"$dir/.tracel-llvm-installed"
 echo "setup_cuda_build: ready: $dir -> $("$real" --version) ($real); build with: cargo build --release --features cuda" >&2
