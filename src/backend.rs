@@ -26,6 +26,11 @@ pub fn compiled_features() -> Vec<&'static str> {
 
 /// The (non-autodiff) device for a backend kind.
 pub fn device(kind: DeviceKind) -> Result<Device> {
+    // unused when every backend is compiled in
+    #[cfg_attr(
+        all(feature = "flex", feature = "wgpu", feature = "cuda"),
+        allow(unused_variables)
+    )]
     let missing = |feature: &str| -> Result<Device> {
         bail!(
             "device `{feature}` was requested but this sinklab binary was built without the `{feature}` \
@@ -70,7 +75,18 @@ pub fn check_precision(kind: DeviceKind, device: &Device, p: Precision) -> Resul
              bf16 on cuda or flex"
         );
     }
-    if !device.supports_dtype(dtype) {
+    let Some(supported) = quietly(|| device.supports_dtype(dtype)) else {
+        bail!(
+            "precision \"{}\" on run.device = \"{}\": {} device 0 could not be opened to ask \
+             whether it computes in {} (no GPU, or no driver: cuda needs the NVIDIA driver's \
+             libcuda.so, wgpu a Vulkan driver)",
+            p.name(),
+            kind.name(),
+            kind.name(),
+            p.name()
+        );
+    };
+    if !supported {
         bail!(
             "precision \"{}\" on run.device = \"{}\": this device cannot compute in {} (for \
              wgpu: the adapter lacks shader-f16); use \"f32\"{}",
@@ -85,6 +101,16 @@ pub fn check_precision(kind: DeviceKind, device: &Device, p: Precision) -> Resul
         );
     }
     Ok(())
+}
+
+/// `f()`, or `None` when it panics, without printing the panic. Opening a GPU device that is not
+/// there (no GPU, no driver library) panics inside CubeCL; callers turn that into a reason.
+pub fn quietly<T>(f: impl FnOnce() -> T) -> Option<T> {
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    std::panic::set_hook(hook);
+    out.ok()
 }
 
 /// Whether `device` is the CPU (`flex`), where concurrent jobs each get their own cores.
