@@ -47,17 +47,32 @@ pub fn device(kind: DeviceKind) -> Result<Device> {
         }
         DeviceKind::Wgpu => {
             #[cfg(feature = "wgpu")]
-            return Ok(Device::wgpu(burn::tensor::DeviceKind::DefaultDevice));
+            return opened(kind, Device::wgpu(burn::tensor::DeviceKind::DefaultDevice));
             #[cfg(not(feature = "wgpu"))]
             return missing("wgpu");
         }
         DeviceKind::Cuda => {
             #[cfg(feature = "cuda")]
-            return Ok(Device::cuda(0usize));
+            return opened(kind, Device::cuda(0usize));
             #[cfg(not(feature = "cuda"))]
             return missing("cuda");
         }
     }
+}
+
+/// A GPU device, opened now: one that is not there (no GPU, no driver library) would otherwise
+/// panic inside CubeCL at its first tensor.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn opened(kind: DeviceKind, device: Device) -> Result<Device> {
+    if quietly(|| device.supports_dtype(burn::tensor::FloatDType::F32)).is_none() {
+        bail!(
+            "run.device = \"{}\": {} device 0 could not be opened (no GPU, or no driver: cuda \
+             needs the NVIDIA driver's libcuda.so, wgpu a Vulkan driver)",
+            kind.name(),
+            kind.name()
+        );
+    }
+    Ok(device)
 }
 
 /// Refuse a mixed precision the backend cannot compute in, with the reason: WGSL has no bf16;
