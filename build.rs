@@ -2,14 +2,29 @@
 
 fn main() {
     println!("cargo:rerun-if-changed=Cargo.lock");
-    println!("cargo:rerun-if-changed=.git/HEAD");
-    // a commit on a branch moves the branch's ref, not HEAD: watch the ref HEAD names too
-    if let Some(r) = std::fs::read_to_string(".git/HEAD")
-        .ok()
-        .and_then(|h| h.strip_prefix("ref: ").map(|r| r.trim().to_string()))
-    {
-        println!("cargo:rerun-if-changed=.git/{r}");
-        println!("cargo:rerun-if-changed=.git/packed-refs");
+    // Git's own paths, so that a linked worktree (where `.git` is a file) or a copy without git
+    // does not name a missing file, which would rerun this script and rebuild sinklab every time.
+    let git_path = |p: &str| {
+        std::process::Command::new("git")
+            .args(["rev-parse", "--git-path", p])
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    if let Some(head) = git_path("HEAD").filter(|h| std::path::Path::new(h).exists()) {
+        println!("cargo:rerun-if-changed={head}");
+        // a commit on a branch moves the branch's ref, not HEAD: watch the ref HEAD names too
+        if let Some(r) = std::fs::read_to_string(&head)
+            .ok()
+            .and_then(|h| h.strip_prefix("ref: ").map(|r| r.trim().to_string()))
+        {
+            for p in [r.as_str(), "packed-refs"] {
+                if let Some(path) = git_path(p).filter(|p| std::path::Path::new(p).exists()) {
+                    println!("cargo:rerun-if-changed={path}");
+                }
+            }
+        }
     }
     let lock = std::fs::read_to_string("Cargo.lock").unwrap_or_default();
     let mut burn = "unknown".to_string();

@@ -8,6 +8,9 @@ Usage (PyTorch lives in its own venv; it is not in scripts/requirements.txt):
     ~/.cache/sinklab-torch-venv/bin/python scripts/bench_torch.py               # eager, defaults below
     ~/.cache/sinklab-torch-venv/bin/python scripts/bench_torch.py --compile     # torch.compile + fused AdamW
     ~/.cache/sinklab-torch-venv/bin/python scripts/bench_torch.py --attn sdpa --json
+    python3 scripts/bench_torch.py --device cuda --dtype bf16 --attn sdpa --peak-gflops 989400
+                                                      # on a GPU: bf16 autocast + SDPA, as a
+                                                      # PyTorch user trains (scripts/gpu_checks.sh)
 
 scripts/bench_compare.py runs this and `sinklab bench` in alternation on the same shapes and
 prints the ratios; use it for any figure you report. PyTorch runs with its default threads and
@@ -26,6 +29,12 @@ The model (sinklab's baseline; defaults V=2048, d=128, L=4, H=4, ffn=384, T=128,
   - SwiGLU(x) = W_down(silu(W_gate x) * (W_up x)); W_gate, W_up: d -> ffn, W_down: ffn -> d,
     no biases;
   - init: every Linear weight and the embedding ~ N(0, sqrt(2 / (5 d))); norm gains 1.
+`--device cuda` runs it on the first GPU (model, batch and caches there; every round starts and
+ends with torch.cuda.synchronize()). `--dtype bf16` wraps the forward pass and the loss in
+torch.autocast(dtype=torch.bfloat16), PyTorch's mixed precision: fp32 master weights, AdamW
+state and gradients, matmuls and SDPA in bf16 (no loss scaler: bf16 has fp32's exponent range);
+the default fp32 is what sinklab trains in. In fp32, CUDA matmuls stay true fp32 (PyTorch's
+default; no TF32) unless --tf32 is given.
 Training step: cross-entropy over all B*T positions (next-token targets, mean), backward,
 global-norm gradient clipping at 1.0 (clip_grad_norm_), AdamW(lr, betas=(0.9, 0.95), eps=1e-8,
 weight_decay=wd) on every parameter (PyTorch's default foreach implementation), zero_grad, and
@@ -45,7 +54,8 @@ q.k^T and A.v (2*T*d multiply-adds each per token per layer, forward), times 3 f
 backward. This matches `sinklab bench`. Achieved GFLOP/s = median tokens/s * FLOPs per token
 / 1e9. MFU divides that by the CPU's fp32 peak, estimated from /proc/cpuinfo in the same way
 as sinklab (cores x MHz x 32 FLOP/cycle with AVX2+FMA, 64 with AVX-512) unless --peak-gflops
-is given. Peak RSS comes from resource.getrusage (ru_maxrss, KiB on Linux).
+is given; on a GPU pass --peak-gflops (the peak of the dtype that runs the matmuls), else MFU
+is not reported. Peak RSS comes from resource.getrusage (ru_maxrss, KiB on Linux).
 Contention: each round also reports how many cores other processes kept busy. This is the
 /proc/stat busy and steal time minus this process's own CPU time, divided by the round's wall
 time. A round with more than about 0.1 busy cores was measured on a shared machine. Take the
@@ -195,10 +205,12 @@ class LM(nn.Module):
         """Feed tokens (n,) one at a time through a dense KV cache (batch 1); the last logits."""
         kv = self.blocks[0].attn.kv
         dh = self.cos.shape[1]
-        caches = [[torch.empty(1, kv, len(tokens), dh), torch.empty(1, kv, len(tokens), dh)]
+        dev = tokens.device
+        caches = [[torch.empty(1, kv, len(tokens), dh, device=dev),
+                   torch.empty(1, kv, len(tokens), dh, device=dev)]
                   for _ in self.blocks]
         for pos, tok in enumerate(tokens.tolist()):
-            x = self.embed(torch.tensor([[tok]]))
+            x = self.embed(torch.tensor([[tok]], device=dev))
             for blk, cache in zip(self.blocks, caches):
                 x = blk.decode(x, self.cos, self.sin, cache, pos)
             logits = self.head(self.norm_f(x))
@@ -275,6 +287,10 @@ def main():
     ap.add_argument("--wd", type=float, default=0.1)
     ap.add_argument("--attn", choices=["manual", "sdpa"], default="manual")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32",
+                    help="bf16: torch.autocast around forward and loss (mixed precision)")
+    ap.add_argument("--tf32", action="store_true", help="allow TF32 tensor cores for fp32 CUDA matmuls")
     ap.add_argument("--peak-gflops", type=float, default=None, help="override the CPU peak estimate for MFU")
     ap.add_argument("--json", action="store_true", help="print one JSON line with the results")
     args = ap.parse_args()
@@ -282,10 +298,22 @@ def main():
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("bench_torch: --device cuda but torch.cuda.is_available() is False "
+                         f"(torch {torch.__version__}, built for CUDA {torch.version.cuda})")
+    if args.device == "cuda":
+        if hasattr(torch.backends.cuda.matmul, "fp32_precision"):  # torch >= 2.9
+            torch.backends.cuda.matmul.fp32_precision = "tf32" if args.tf32 else "ieee"
+        else:
+            torch.backends.cuda.matmul.allow_tf32 = args.tf32
+    dev = torch.device(args.device)
+    autocast = torch.autocast(device_type=args.device, dtype=torch.bfloat16,
+                              enabled=args.dtype == "bf16")
+    sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
     torch.manual_seed(args.seed)
     B, T, V, d, L = args.batch, args.ctx, args.vocab, args.d_model, args.layers
     model = LM(V, d, L, args.heads, args.ffn, T, args.attn, args.kv_heads, args.tied,
-               args.rope_base)
+               args.rope_base).to(dev)
     model.train(args.mode == "train")
     params = list(model.parameters())
     optimizer = args.optimizer or ("fused" if args.compile else "foreach")
@@ -295,19 +323,21 @@ def main():
 
     gen = torch.Generator().manual_seed(args.seed)
     batch = torch.randint(2, V, (B, T + 1), generator=gen)
+    batch = batch.to(dev)
     inputs, targets = batch[:, :-1].contiguous(), batch[:, 1:].contiguous()
 
     stream = batch[0, :args.decode].contiguous()
 
     def step():
         if args.mode == "decode":
-            with torch.inference_mode():
+            with torch.inference_mode(), autocast:
                 return run.decode(stream)[0, -1, 0].item()
         if args.mode == "forward":
-            with torch.inference_mode():
+            with torch.inference_mode(), autocast:
                 return run(inputs)[0, -1, 0].item()
-        logits = run(inputs)
-        loss = F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
+        with autocast:
+            logits = run(inputs)
+            loss = F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
@@ -322,9 +352,11 @@ def main():
     for _ in range(args.rounds):
         busy0, steal0 = cpu_ticks()
         own0 = sum(os.times()[:2])
+        sync()
         t0 = time.perf_counter()
         for _ in range(args.steps):
             last_loss = step()
+        sync()
         wall = time.perf_counter() - t0
         per_step = args.decode if args.mode == "decode" else B * T
         rounds.append(per_step * args.steps / wall)
@@ -342,11 +374,22 @@ def main():
     attn_len = (args.decode + 1) / 2.0 if args.mode == "decode" else T  # decode: mean cache length
     flops_per_token = passes * (2.0 * n_nonemb + 4.0 * L * attn_len * d)
     achieved = median * flops_per_token / 1e9
-    peak, peak_source = (args.peak_gflops, "--peak-gflops") if args.peak_gflops else cpu_peak_gflops()
+    if args.peak_gflops:
+        peak, peak_source = args.peak_gflops, "--peak-gflops"
+    elif args.device == "cpu":
+        peak, peak_source = cpu_peak_gflops()
+    else:
+        peak, peak_source = None, "unknown (pass --peak-gflops)"
     rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    where = args.device
+    if args.device == "cuda":
+        where = f"cuda ({torch.cuda.get_device_name(0)}, CUDA {torch.version.cuda})"
     res = {
-        "impl": f"torch {torch.__version__} {'compile' if args.compile else 'eager'} cpu, "
-                f"attn={args.attn}, adamw={optimizer}, mode={args.mode}",
+        "impl": f"torch {torch.__version__} {'compile' if args.compile else 'eager'} {where}, "
+                f"dtype={args.dtype}{' tf32' if args.tf32 else ''}, attn={args.attn}, "
+                f"adamw={optimizer}, mode={args.mode}",
+        "device": args.device,
+        "dtype": args.dtype,
         "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "(default)"),
         "params": n_params,
         "non_embedding_params": n_nonemb,
@@ -360,8 +403,10 @@ def main():
         "achieved_gflops": achieved,
         "peak_gflops": peak,
         "peak_source": peak_source,
-        "mfu": achieved / peak,
+        "mfu": achieved / peak if peak else None,
         "peak_rss_mib": rss_mib,
+        "gpu_peak_allocated_mib": (torch.cuda.max_memory_allocated() / 2**20
+                                   if args.device == "cuda" else None),
         "threads": torch.get_num_threads(),
         "loss_first": first_loss,
         "loss_last": last_loss,
@@ -380,8 +425,8 @@ def main():
         shape = f"1 stream of {args.decode}" if args.mode == "decode" else f"{B}x{T}"
         print(f"round {i + 1}: {r:,.0f} tokens/s ({args.steps} steps of {shape}); "
               f"other processes kept {other[i]:.2f} of {os.cpu_count()} cores busy")
-    print(f"median: {median:,.0f} tokens/s = {achieved:.2f} GFLOP/s; MFU {100 * achieved / peak:.1f}% "
-          f"of {peak:.0f} GFLOP/s ({peak_source})")
+    mfu = f"MFU {100 * achieved / peak:.1f}% of {peak:.0f} GFLOP/s" if peak else "MFU not known"
+    print(f"median: {median:,.0f} tokens/s = {achieved:.2f} GFLOP/s; {mfu} ({peak_source})")
     print(f"peak RSS {rss_mib:.0f} MiB; load average {os.getloadavg()[0]:.2f}")
 
 

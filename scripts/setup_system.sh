@@ -5,13 +5,23 @@
 #   slurm-wlm munge                 the one-node SLURM cluster of tests/suite/slurm.rs
 #   mesa-vulkan-drivers libvulkan1  Mesa's software Vulkan (lavapipe) for the wgpu smoke test
 #                                   (not needed with --quick)
+#   llvm-22-dev libzstd-dev zlib1g-dev
+#                                   the offline LLVM with which the smoke test also builds the
+#                                   `cuda` feature (not needed with --quick); then
+#                                   scripts/setup_cuda_build.sh writes the tracel-llvm sentinel
 #   rustfmt (rustup component)      `cargo fmt --check`
 # As root, or with passwordless sudo, it installs them with apt-get; otherwise it prints one line
 # saying exactly what to run and why, and exits 1.
 #   bash scripts/setup_system.sh [--quick]
 set -euo pipefail
 pkgs=(python3-venv slurm-wlm munge)
-[ "${1:-}" = "--quick" ] || pkgs+=(mesa-vulkan-drivers libvulkan1)
+quick=0
+[ "${1:-}" = "--quick" ] && quick=1
+if [ "$quick" = 0 ]; then
+  pkgs+=(mesa-vulkan-drivers libvulkan1)
+  read -r -a cuda_pkgs <<<"$(bash "$(dirname "$0")/setup_cuda_build.sh" --packages)"
+  pkgs+=("${cuda_pkgs[@]}")
+fi
 
 if command -v rustup >/dev/null 2>&1 && ! rustup component list --installed 2>/dev/null | grep -q '^rustfmt'; then
   rustup component add rustfmt >&2
@@ -25,17 +35,19 @@ need=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || need+=("$p")
 done
-[ "${#need[@]}" -eq 0 ] && exit 0
-
-if [ "$(id -u)" = 0 ]; then
-  sudo=()
-elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
-  sudo=(sudo -n)
-else
-  echo "setup_system: the test suite needs the Debian packages ${need[*]} (venv for the Python readers, a one-node SLURM cluster, software Vulkan for the wgpu smoke test); run: sudo apt-get install -y ${need[*]}   then run this command again" >&2
-  exit 1
+if [ "${#need[@]}" -gt 0 ]; then
+  if [ "$(id -u)" = 0 ]; then
+    sudo=()
+  elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+    sudo=(sudo -n)
+  else
+    echo "setup_system: the test suite needs the Debian packages ${need[*]} (venv for the Python readers, a one-node SLURM cluster, software Vulkan and LLVM 22 for the GPU smoke build); run: sudo apt-get install -y --no-install-recommends ${need[*]}   then run this command again" >&2
+    exit 1
+  fi
+  echo "setup_system: installing ${need[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo[@]}" apt-get update -qq
+  "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
-echo "setup_system: installing ${need[*]}" >&2
-export DEBIAN_FRONTEND=noninteractive
-"${sudo[@]}" apt-get update -qq
-"${sudo[@]}" apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+# The tracel-llvm sentinel and llvm-config wrapper for the cuda build (packages installed above).
+[ "$quick" = 1 ] || bash "$(dirname "$0")/setup_cuda_build.sh"

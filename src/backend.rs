@@ -26,6 +26,11 @@ pub fn compiled_features() -> Vec<&'static str> {
 
 /// The (non-autodiff) device for a backend kind.
 pub fn device(kind: DeviceKind) -> Result<Device> {
+    // unused when every backend is compiled in
+    #[cfg_attr(
+        all(feature = "flex", feature = "wgpu", feature = "cuda"),
+        allow(unused_variables)
+    )]
     let missing = |feature: &str| -> Result<Device> {
         bail!(
             "device `{feature}` was requested but this sinklab binary was built without the `{feature}` \
@@ -42,17 +47,32 @@ pub fn device(kind: DeviceKind) -> Result<Device> {
         }
         DeviceKind::Wgpu => {
             #[cfg(feature = "wgpu")]
-            return Ok(Device::wgpu(burn::tensor::DeviceKind::DefaultDevice));
+            return opened(kind, Device::wgpu(burn::tensor::DeviceKind::DefaultDevice));
             #[cfg(not(feature = "wgpu"))]
             return missing("wgpu");
         }
         DeviceKind::Cuda => {
             #[cfg(feature = "cuda")]
-            return Ok(Device::cuda(0usize));
+            return opened(kind, Device::cuda(0usize));
             #[cfg(not(feature = "cuda"))]
             return missing("cuda");
         }
     }
+}
+
+/// A GPU device, opened now: one that is not there (no GPU, no driver library) would otherwise
+/// panic inside CubeCL at its first tensor.
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+fn opened(kind: DeviceKind, device: Device) -> Result<Device> {
+    if quietly(|| device.supports_dtype(burn::tensor::FloatDType::F32)).is_none() {
+        bail!(
+            "run.device = \"{}\": {} device 0 could not be opened (no GPU, or no driver: cuda \
+             needs the NVIDIA driver's libcuda.so, wgpu a Vulkan driver)",
+            kind.name(),
+            kind.name()
+        );
+    }
+    Ok(device)
 }
 
 /// Refuse a mixed precision the backend cannot compute in, with the reason: WGSL has no bf16;
@@ -70,7 +90,18 @@ pub fn check_precision(kind: DeviceKind, device: &Device, p: Precision) -> Resul
              bf16 on cuda or flex"
         );
     }
-    if !device.supports_dtype(dtype) {
+    let Some(supported) = quietly(|| device.supports_dtype(dtype)) else {
+        bail!(
+            "precision \"{}\" on run.device = \"{}\": {} device 0 could not be opened to ask \
+             whether it computes in {} (no GPU, or no driver: cuda needs the NVIDIA driver's \
+             libcuda.so, wgpu a Vulkan driver)",
+            p.name(),
+            kind.name(),
+            kind.name(),
+            p.name()
+        );
+    };
+    if !supported {
         bail!(
             "precision \"{}\" on run.device = \"{}\": this device cannot compute in {} (for \
              wgpu: the adapter lacks shader-f16); use \"f32\"{}",
@@ -85,6 +116,16 @@ pub fn check_precision(kind: DeviceKind, device: &Device, p: Precision) -> Resul
         );
     }
     Ok(())
+}
+
+/// `f()`, or `None` when it panics, without printing the panic. Opening a GPU device that is not
+/// there (no GPU, no driver library) panics inside CubeCL; callers turn that into a reason.
+pub fn quietly<T>(f: impl FnOnce() -> T) -> Option<T> {
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    std::panic::set_hook(hook);
+    out.ok()
 }
 
 /// Whether `device` is the CPU (`flex`), where concurrent jobs each get their own cores.

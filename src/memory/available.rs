@@ -182,14 +182,8 @@ fn gpu(kind: DeviceKind) -> Available {
         }
     };
     // Opening a device that is not there panics inside CubeCL: turn that into a reason.
-    let quiet = std::panic::take_hook();
-    std::panic::set_hook(Box::new(|_| {}));
-    let max = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        dev.client().properties().memory.max_memory()
-    }));
-    std::panic::set_hook(quiet);
-    match max {
-        Ok(Some(bytes)) => Available::Known {
+    match crate::backend::quietly(|| dev.client().properties().memory.max_memory()) {
+        Some(Some(bytes)) => Available::Known {
             bytes,
             source: format!(
                 "{} device 0's memory as its CubeCL runtime reports it (the whole card: \
@@ -197,13 +191,13 @@ fn gpu(kind: DeviceKind) -> Available {
                 kind.name()
             ),
         },
-        Ok(None) => Available::Unknown {
+        Some(None) => Available::Unknown {
             why: format!(
                 "the {} runtime (CubeCL 0.11) reports no memory size for its adapter",
                 kind.name()
             ),
         },
-        Err(_) => Available::Unknown {
+        None => Available::Unknown {
             why: format!("{} device 0 could not be opened", kind.name()),
         },
     }
