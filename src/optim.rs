@@ -400,6 +400,79 @@ pub struct Optimizer {
     pub v: BTreeMap<String, Tensor<1>>,
 }
 
+/// `train.trainable`: every float parameter whose name matches none of `patterns` (`*` any run
+/// of characters) is made a constant — no gradient, so no optimizer state and no update. Returns
+/// the module and the (trainable, frozen) element counts; a pattern matching nothing, or an
+/// invalid one, is an error naming it and some of the names.
+pub fn freeze<M: Module>(module: M, patterns: &[String]) -> anyhow::Result<(M, usize, usize)> {
+    let compiled = patterns
+        .iter()
+        .map(|p| {
+            glob::Pattern::new(p).map_err(|e| {
+                anyhow::anyhow!("train.trainable: pattern {p:?} is not valid ({e}); use `*` for any run of characters, e.g. \"blocks.*.attn.sink_logit\"")
+            })
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    struct Fr<'a> {
+        path: PathStack,
+        patterns: &'a [glob::Pattern],
+        used: Vec<bool>,
+        names: Vec<String>,
+        counts: (usize, usize),
+    }
+    impl ModuleMapper for Fr<'_> {
+        fn enter_module(&mut self, name: &str, container: &str) {
+            self.path.enter(name, container);
+        }
+        fn exit_module(&mut self, _: &str, _: &str) {
+            self.path.exit();
+        }
+        fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
+            let name = self.path.name();
+            let mut hit = false;
+            for (i, p) in self.patterns.iter().enumerate() {
+                if p.matches(&name) {
+                    self.used[i] = true;
+                    hit = true;
+                }
+            }
+            self.names.push(name);
+            let (id, tensor, mapper) = param.consume();
+            let n = tensor.shape().num_elements();
+            let t = if hit {
+                self.counts.0 += n;
+                tensor
+            } else {
+                self.counts.1 += n;
+                tensor.detach().set_require_grad(false)
+            };
+            Param::from_mapped_value(id, t, mapper)
+        }
+    }
+    let mut fr = Fr {
+        path: PathStack::default(),
+        patterns: &compiled,
+        used: vec![false; compiled.len()],
+        names: vec![],
+        counts: (0, 0),
+    };
+    let module = module.map(&mut fr);
+    if let Some(i) = fr.used.iter().position(|u| !u) {
+        let shown: Vec<&str> = fr.names.iter().take(12).map(String::as_str).collect();
+        anyhow::bail!(
+            "train.trainable: pattern {:?} matches no parameter of this model; its parameters are named like {}{}",
+            patterns[i],
+            shown.join(", "),
+            if fr.names.len() > shown.len() {
+                ", …"
+            } else {
+                ""
+            }
+        );
+    }
+    Ok((module, fr.counts.0, fr.counts.1))
+}
+
 impl Optimizer {
     pub fn new(cfg: &OptimConfig) -> Self {
         Self {

@@ -336,6 +336,13 @@ impl<'a> Trainer<'a> {
         } else if let Some(src) = &exp.train.init_from {
             model = init_from(model, src, log)?;
         }
+        if let Some(patterns) = &exp.train.trainable {
+            let (frozen_model, trainable, frozen) = optim::freeze(model, patterns)?;
+            model = frozen_model;
+            log(&format!(
+                "trainable: {trainable} parameters (train.trainable = {patterns:?}); frozen: {frozen}"
+            ));
+        }
         log(&format!(
             "model: {} parameters ({} non-embedding), vocab {vocab}, device {}, precision {}",
             model::count_params(&model),

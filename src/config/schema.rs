@@ -493,6 +493,14 @@ pub struct TrainConfig {
     /// checkpoint is newer).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub init_from: Option<std::path::PathBuf>,
+    /// Train only these parameters: patterns over parameter names (module paths as in
+    /// checkpoints, `*` any run of characters: `["blocks.*.attn.sink_logit"]`,
+    /// `["blocks.*.attn.wq.*", "blocks.*.attn.wk.*"]`). Every other parameter is frozen: it gets
+    /// no gradient, no optimizer state and no weight decay, and keeps its value (in every
+    /// checkpoint too). Absent: every parameter trains. A pattern that matches no parameter is
+    /// an error. Meant with `init_from` (give a pretrained model a new part and train that).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trainable: Option<Vec<String>>,
     /// The precision of the training forward and backward (mixed precision): `"f32"`, or
     /// `"bf16"` / `"f16"` for every matrix product (linear layers, q·kᵀ, A·V, the head), whose
     /// inputs are cast down and outputs back to f32; master weights, gradients, optimizer
@@ -545,6 +553,7 @@ impl Default for TrainConfig {
             keep_checkpoints: 3,
             log_every: 10,
             init_from: None,
+            trainable: None,
             precision: Precision::F32,
         }
     }

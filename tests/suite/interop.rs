@@ -617,6 +617,89 @@ fn smollm2_imports_and_matches_the_numpy_reference() {
 }
 
 #[test]
+fn train_trainable_freezes_every_other_parameter() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = common::tiny_experiment(dir.path(), "base", &["train.steps = 4"]);
+    sinklab::train::train(&base, &Default::default(), &mut |_| {}).unwrap();
+    let from = base.run_dir();
+    // A pretrained model given a learned sink logit, which alone trains (at a learning rate
+    // that moves it visibly in 6 steps); everything loaded stays bit for bit.
+    let init = format!("train.init_from = {:?}", from.display().to_string());
+    let variant = common::tiny_experiment(
+        dir.path(),
+        "sinkonly",
+        &[
+            "model.attention.slot = { kind = \"sink_logit\", init = 0.25 }",
+            "optim.lr = 0.05",
+            "optim.weight_decay = 0.1",
+            "train.steps = 6",
+            "train.trainable = [\"blocks.*.attn.sink_logit\"]",
+            &init,
+        ],
+    );
+    let mut lines = Vec::new();
+    sinklab::train::train(&variant, &Default::default(), &mut |m| {
+        lines.push(m.to_string())
+    })
+    .unwrap();
+    // 2 layers × 4 heads trainable; the rest of the model frozen.
+    let note = lines
+        .iter()
+        .find(|l| l.starts_with("trainable:"))
+        .unwrap_or_else(|| panic!("no trainable line in {lines:?}"));
+    assert!(note.starts_with("trainable: 8 parameters"), "{note}");
+    let (_, ckpt) = sinklab::run::locate_checkpoint(&variant.run_dir()).unwrap();
+    let b = sinklab::checkpoint::load_safetensors(&ckpt.join("model.safetensors")).unwrap();
+    let (_, ckpt_a) = sinklab::run::locate_checkpoint(&from).unwrap();
+    let a = sinklab::checkpoint::load_safetensors(&ckpt_a.join("model.safetensors")).unwrap();
+    let mut moved = 0;
+    for (name, t) in &b {
+        match a.get(name) {
+            Some(s) => assert_eq!(s, t, "{name}: frozen, must equal the loaded value"),
+            None => {
+                assert!(name.ends_with("sink_logit"), "{name}");
+                // Each logit moved off its init, by at most lr per step (AdamW's bound) ×
+                // 6 steps plus decay.
+                for &x in &t.data {
+                    let d = (x - 0.25).abs();
+                    assert!(d > 1e-4 && d < 0.35, "{name}: {:?}", t.data);
+                }
+                moved += 1;
+            }
+        }
+    }
+    assert_eq!(moved, 2);
+    // Optimizer state only for the trainable parameters.
+    let opt = sinklab::checkpoint::load_safetensors(&ckpt.join("optim.safetensors")).unwrap();
+    let mut keys: Vec<&String> = opt.keys().collect();
+    keys.sort();
+    assert_eq!(
+        keys,
+        [
+            "m.blocks.0.attn.sink_logit",
+            "m.blocks.1.attn.sink_logit",
+            "v.blocks.0.attn.sink_logit",
+            "v.blocks.1.attn.sink_logit"
+        ]
+    );
+    // A pattern that matches nothing is an error naming it and the model's names.
+    let bad = common::tiny_experiment(
+        dir.path(),
+        "bad",
+        &["train.trainable = [\"blocks.*.attn.sink\"]", &init],
+    );
+    let e = sinklab::train::train(&bad, &Default::default(), &mut |_| {})
+        .err()
+        .unwrap();
+    let e = format!("{e:#}");
+    assert!(
+        e.contains("train.trainable: pattern \"blocks.*.attn.sink\" matches no parameter")
+            && e.contains("blocks.0.attn."),
+        "{e}"
+    );
+}
+
+#[test]
 fn train_init_from_loads_matching_parameters_and_names_the_fresh_ones() {
     let dir = tempfile::tempdir().unwrap();
     let base = common::tiny_experiment(dir.path(), "base", &["train.steps = 4"]);
