@@ -170,9 +170,7 @@ impl Lm {
             &device,
         );
         ctx.keep = policy.window.map(|w| (n_sink + policy.sinks, w));
-        for (block, layer) in self.blocks.iter().zip(cache.layers.iter_mut()) {
-            h = block.forward(h, &ctx, None, Some(layer));
-        }
+        h = self.walk(h, &ctx, 0..self.blocks.len(), None, Some(&mut cache.layers));
         cache.real = kept;
         cache.started = true;
         if first && n_sink > 0 {

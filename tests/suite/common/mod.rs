@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 pub mod fixture;
+pub mod zoo;
 
 /// The CPU (`flex`) device.
 pub fn device() -> Device {
