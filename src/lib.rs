@@ -5,7 +5,7 @@
 //! Layers, from the bottom (the order `tests/suite/layout.rs` checks): pure maths and formats
 //! (`spa`, `lock`, `checkpoint`, `tensorboard`, `plot`, `tokenizer`, `progress`,
 //! `parallel`), the
-//! schema (`config`), sink metrics (`metrics`), devices and data (`backend`, `data`),
+//! schema (`config`), sink metrics (`metrics`) and head scores (`heads`), devices and data (`backend`, `data`),
 //! optimisation (`optim`), the model (`model`), band maths (`dark`), evaluation and probes
 //! (`eval`), decoding (`generate`), the run directory (`recorder`, `run`), the training loop
 //! (`train`), pretrained checkpoints in and out (`interop`), analyses (`analysis`), sweeps
@@ -22,6 +22,7 @@ pub mod dark;
 pub mod data;
 pub mod eval;
 pub mod generate;
+pub mod heads;
 pub mod interop;
 pub mod lock;
 pub mod metrics;

@@ -26,6 +26,7 @@
 pub mod dark;
 pub mod findings;
 pub mod geometry;
+pub mod heads;
 pub mod inspect;
 pub mod probes;
 pub mod stream;

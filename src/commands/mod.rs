@@ -10,6 +10,7 @@ pub mod data;
 pub mod eval;
 pub mod export;
 pub mod generate;
+pub mod heads;
 pub mod import;
 pub mod init_check;
 pub mod report;
@@ -58,6 +59,12 @@ pub enum Cmd {
     /// W_E/W_U tail removed), Φ_e,k (W_E bands 1..k) and a random-orthonormal-basis control,
     /// with ΔNLL and Sink1 for each. Writes dark.json and PNG plots.
     Dark(dark::Args),
+    /// Attention heads (Zheng et al. 2024's survey): previous-token, duplicate-token and
+    /// induction scores per (layer, head) on a probe ([first, R, R] by default; or
+    /// TransformerLens's detect_head measures), dormancy (α1, AHON, AHON-LN, entropy, value
+    /// drain, slot mass), the OV copying score from the weights, a class per head. Writes
+    /// heads.json and one heat map per score.
+    Heads(heads::Args),
     /// Corpus preparation (`data prepare`: stream a corpus of any size into memory-mapped
     /// token shards) and the batch loader's speed (`data bench`).
     Data(data::Args),
@@ -106,6 +113,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Cmd::Eval(a) => eval::run(a),
         Cmd::Analyze(a) => analyze::run(a),
         Cmd::Dark(a) => dark::run(a),
+        Cmd::Heads(a) => heads::run(a),
         Cmd::Data(a) => data::run(a),
         Cmd::Generate(a) => generate::run(a),
         Cmd::Import(a) => import::run(a),

@@ -239,8 +239,8 @@ impl Lm {
         self.logits(h)
     }
 
-    /// Every layer's probe for a batch given in chunks, one layer at a time: `f(l, c, input,
-    /// probe)` receives, for chunk `c` in order, the real-token input of block `l` (B, T, d,
+    /// Every layer's probe for a batch given in chunks, one layer at a time (each head's z too
+    /// when `z` is set): `f(l, c, input, probe)` receives, for chunk `c` in order, the real-token input of block `l` (B, T, d,
     /// after the filter) and the block's records, before the next chunk or block runs. Only
     /// the chunks' residual streams live between calls, so at most one chunk of one layer's
     /// attention weights is held, and no logits are formed (the memory of `analyze` on a
@@ -249,13 +249,14 @@ impl Lm {
         &self,
         chunks: Vec<Tensor<2, Int>>,
         filter: Option<&StreamFilter>,
+        z: bool,
         f: &mut dyn FnMut(usize, usize, Tensor<3>, LayerProbe),
     ) {
         let mut streams: Vec<(Tensor<3>, Ctx)> =
             chunks.into_iter().map(|x| self.embed(x)).collect();
         for l in 0..self.blocks.len() {
             for (c, (h, ctx)) in streams.iter_mut().enumerate() {
-                let mut rec = ProbeRecorder::new(Some(l), self.cfg.n_heads, true);
+                let mut rec = ProbeRecorder::new(Some(l), self.cfg.n_heads, true).with_z(z);
                 let mut filter = filter;
                 let mut hooks: Vec<&mut dyn Hooks> = Vec::with_capacity(2);
                 if let Some(f) = filter.as_mut() {

@@ -23,6 +23,8 @@ pub struct LayerProbe {
     pub gate: Option<Tensor<3>>,
     /// The block's output for the real tokens (B, T, d).
     pub hidden: Option<Tensor<3>>,
+    /// Each head's mixed value z of the real tokens (B, H, T, d_h), when asked for.
+    pub z: Option<Tensor<4>>,
     /// Slot columns at the front of `attn` (sink logit, KV/K bias, memory keys).
     pub slot_cols: usize,
     /// Sink tokens at the front of the sequence.
@@ -36,6 +38,7 @@ pub struct ProbeRecorder {
     layer: Option<usize>,
     n_heads: usize,
     inputs: bool,
+    z: bool,
     pub probes: BTreeMap<usize, LayerProbe>,
     /// Real-token block inputs (B, T, d) by layer, when asked for.
     pub input: BTreeMap<usize, Tensor<3>>,
@@ -47,9 +50,16 @@ impl ProbeRecorder {
             layer,
             n_heads,
             inputs,
+            z: false,
             probes: BTreeMap::new(),
             input: BTreeMap::new(),
         }
+    }
+
+    /// Record each head's z too.
+    pub fn with_z(mut self, z: bool) -> Self {
+        self.z = z;
+        self
     }
 }
 
@@ -66,7 +76,7 @@ impl Hooks for ProbeRecorder {
                 Site::Stream(StreamSite::ResidPre) => self.inputs,
                 Site::Stream(StreamSite::ResidPost) => true,
                 Site::Stream(_) => false,
-                Site::Head(HeadSite::Z) => false,
+                Site::Head(HeadSite::Z) => self.z,
                 Site::Head(_) => true,
             }
     }
@@ -98,7 +108,7 @@ impl Hooks for ProbeRecorder {
                 let [b, h, q, w] = x.dims();
                 p.gate = Some(x.clone().swap_dims(1, 2).reshape([b, q, h * w]));
             }
-            HeadSite::Z => {}
+            HeadSite::Z => p.z = Some(real(&x, 2, f.sink_tokens)), // (B, H, T, d_h)
         }
         x
     }

@@ -11,7 +11,7 @@ const MAX_LINES: usize = 800;
 
 /// The layers of `src/`, bottom first (README.md "Architecture", src/lib.rs): a module may use
 /// only modules before it.
-const ORDER: [&str; 26] = [
+const ORDER: [&str; 27] = [
     "spa",
     "lock",
     "checkpoint",
@@ -22,6 +22,7 @@ const ORDER: [&str; 26] = [
     "parallel",
     "config",
     "metrics",
+    "heads",
     "backend",
     "data",
     "optim",
