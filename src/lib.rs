@@ -7,7 +7,7 @@
 //! `parallel`), the
 //! schema (`config`), sink metrics (`metrics`) and head scores (`heads`), devices and data (`backend`, `data`),
 //! optimisation (`optim`), the model (`model`), band maths (`dark`), evaluation and probes
-//! (`eval`), decoding (`generate`), the run directory (`recorder`, `run`), the training loop
+//! (`eval`), interventions (`intervene`), decoding (`generate`), the run directory (`recorder`, `run`), the training loop
 //! (`train`), pretrained checkpoints in and out (`interop`), analyses (`analysis`), sweeps
 //! (`sweep`, `report`), benchmarks (`bench`) and the command line (`commands`). A module only
 //! uses modules below it.
@@ -24,6 +24,7 @@ pub mod eval;
 pub mod generate;
 pub mod heads;
 pub mod interop;
+pub mod intervene;
 pub mod lock;
 pub mod metrics;
 pub mod model;

@@ -309,6 +309,11 @@ impl Lm {
             .collect()
     }
 
+    /// Logits (…, V) from real-token hidden states (…, d): the final norm and the head.
+    pub fn unembed(&self, h: Tensor<3>) -> Tensor<3> {
+        self.logits(h)
+    }
+
     /// Logits (B, T, V) from real-token hidden states (B, T, d).
     fn logits(&self, h: Tensor<3>) -> Tensor<3> {
         let h = match &self.norm_f {

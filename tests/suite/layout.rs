@@ -11,7 +11,7 @@ const MAX_LINES: usize = 800;
 
 /// The layers of `src/`, bottom first (README.md "Architecture", src/lib.rs): a module may use
 /// only modules before it.
-const ORDER: [&str; 27] = [
+const ORDER: [&str; 28] = [
     "spa",
     "lock",
     "checkpoint",
@@ -29,6 +29,7 @@ const ORDER: [&str; 27] = [
     "model",
     "dark",
     "eval",
+    "intervene",
     "generate",
     "recorder",
     "run",

@@ -11,6 +11,7 @@ mod eval_cli;
 mod heads;
 mod hooks;
 mod interop;
+mod interventions;
 mod layout;
 mod metrics_golden;
 mod model_golden;
