@@ -4,7 +4,7 @@
 //! time from `[run] device` or `--device`. Asking for a backend that was not compiled in is an
 //! error naming the feature to enable: there is no silent fallback to the CPU.
 
-use crate::config::DeviceKind;
+use crate::config::{DeviceKind, Precision};
 use anyhow::{Result, bail};
 use burn::tensor::Device;
 use serde::Serialize;
@@ -53,6 +53,38 @@ pub fn device(kind: DeviceKind) -> Result<Device> {
             return missing("cuda");
         }
     }
+}
+
+/// Refuse a mixed precision the backend cannot compute in, with the reason: WGSL has no bf16;
+/// f16 on wgpu needs the adapter's `shader-f16`; flex and CUDA have both.
+pub fn check_precision(kind: DeviceKind, device: &Device, p: Precision) -> Result<()> {
+    let dtype = match p {
+        Precision::F32 => return Ok(()),
+        Precision::Bf16 => burn::tensor::FloatDType::BF16,
+        Precision::F16 => burn::tensor::FloatDType::F16,
+    };
+    if kind == DeviceKind::Wgpu && p == Precision::Bf16 {
+        bail!(
+            "train.precision = \"bf16\" on run.device = \"wgpu\": WGSL (wgpu's shader language) \
+             has no bf16 arithmetic; use \"f16\" on wgpu (where the adapter has shader-f16), or \
+             bf16 on cuda or flex"
+        );
+    }
+    if !device.supports_dtype(dtype) {
+        bail!(
+            "precision \"{}\" on run.device = \"{}\": this device cannot compute in {} (for \
+             wgpu: the adapter lacks shader-f16); use \"f32\"{}",
+            p.name(),
+            kind.name(),
+            p.name(),
+            if kind == DeviceKind::Wgpu {
+                ", or the cuda backend"
+            } else {
+                ""
+            }
+        );
+    }
+    Ok(())
 }
 
 /// Whether `device` is the CPU (`flex`), where concurrent jobs each get their own cores.

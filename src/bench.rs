@@ -87,18 +87,6 @@ pub fn cpu_peak_gflops() -> (f64, String) {
     )
 }
 
-fn peak_rss_mib() -> f64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmHWM"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse::<f64>().ok())
-        })
-        .map_or(0.0, |kb| kb / 1024.0)
-}
-
 /// Benchmark training steps of `exp`'s model with `vocab` tokens.
 pub fn run(
     exp: &Experiment,
@@ -157,7 +145,14 @@ pub fn run(
                 Ok(model)
             }
             Mode::Train => {
-                let (grads, _loss) = train::gradients(&model, &batches, &device, &workers);
+                let (grads, _loss) = train::gradients(
+                    &model,
+                    &batches,
+                    &device,
+                    &workers,
+                    exp.train.precision,
+                    1.0,
+                );
                 let scale = optim::clip_scale(grads.global_norm(), exp.optim.grad_clip);
                 Ok(adam.step(model, &grads, exp.optim.lr, scale))
             }
@@ -223,7 +218,7 @@ pub fn run(
         peak_gflops,
         peak_source,
         mfu: achieved / peak_gflops,
-        peak_rss_mib: peak_rss_mib(),
+        peak_rss_mib: crate::memory::peak_rss().map_or(0.0, |b| b as f64 / (1u64 << 20) as f64),
         threads: rayon::current_num_threads(),
     })
 }

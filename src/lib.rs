@@ -4,8 +4,8 @@
 //!
 //! Layers, from the bottom (the order `tests/suite/layout.rs` checks): pure maths and formats
 //! (`spa`, `lock`, `checkpoint`, `tensorboard`, `plot`, `tokenizer`, `progress`,
-//! `parallel`), the
-//! schema (`config`), sink metrics (`metrics`) and head scores (`heads`), devices and data (`backend`, `data`),
+//! `parallel`), the schema (`config`), sink metrics (`metrics`) and head scores (`heads`), devices
+//! and data (`backend`, `memory`, `data`),
 //! optimisation (`optim`), the model (`model`), band maths (`dark`), evaluation and probes
 //! (`eval`), interventions (`intervene`), decoding (`generate`), the run directory (`recorder`, `run`), the training loop
 //! (`train`), pretrained checkpoints in and out (`interop`), analyses (`analysis`), sweeps
@@ -26,6 +26,7 @@ pub mod heads;
 pub mod interop;
 pub mod intervene;
 pub mod lock;
+pub mod memory;
 pub mod metrics;
 pub mod model;
 pub mod optim;

@@ -63,6 +63,8 @@ impl Holder {
 pub struct Busy {
     pub dir: PathBuf,
     pub holder: Option<Holder>,
+    /// What else the refused command can do (a command-specific way around), if anything.
+    pub advice: Option<String>,
 }
 
 impl std::fmt::Display for Busy {
@@ -84,7 +86,11 @@ impl std::fmt::Display for Busy {
             f,
             "; only one process writes a directory at a time. Wait for it to finish, or stop it \
              (`kill -INT PID` checkpoints a training run and exits; `--resume` continues it)"
-        )
+        )?;
+        match &self.advice {
+            Some(a) => write!(f, "; {a}"),
+            None => Ok(()),
+        }
     }
 }
 
@@ -111,6 +117,11 @@ impl DirLock {
 /// Take the exclusive lock of `dir` (which must exist) for `purpose`, without waiting: a
 /// [`Busy`] error names the holder when another process has it.
 pub fn acquire(dir: &Path, purpose: &str) -> Result<DirLock> {
+    acquire_advising(dir, purpose, None)
+}
+
+/// [`acquire`], with `advice` for the refused command added to a [`Busy`] error.
+pub fn acquire_advising(dir: &Path, purpose: &str, advice: Option<&str>) -> Result<DirLock> {
     let path = dir.join(LOCK_FILE);
     let mut file = std::fs::OpenOptions::new()
         .read(true)
@@ -125,6 +136,7 @@ pub fn acquire(dir: &Path, purpose: &str) -> Result<DirLock> {
             return Err(Busy {
                 dir: dir.to_path_buf(),
                 holder: read_holder(&path),
+                advice: advice.map(str::to_string),
             }
             .into());
         }

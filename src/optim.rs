@@ -17,6 +17,7 @@ use crate::checkpoint::{HostTensor, TensorSource};
 use crate::config::{Algorithm, DecayPolicy, OptimConfig, ScheduleConfig};
 use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
 use burn::tensor::{Device, Gradients, Tensor, TensorData};
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// Learning rate at optimizer step `step` (0-based) of `total` steps.
@@ -49,6 +50,59 @@ pub fn clip_scale(grad_norm: f64, clip: Option<f64>) -> f64 {
     match clip {
         Some(c) if grad_norm > c => c / (grad_norm + 1e-6),
         _ => 1.0,
+    }
+}
+
+/// Dynamic loss scaling for `train.precision = "f16"` (PyTorch's `GradScaler` with its
+/// defaults): the loss is multiplied by `scale` before the backward pass so that small
+/// gradients survive f16's range, and the gradients are divided by it before clipping and the
+/// update. A step whose scaled loss or gradients are not finite is skipped (no update; the data
+/// position still advances) and the scale halved; after `GROWTH_INTERVAL` finite steps in a row
+/// it doubles. Saved in every checkpoint's `state.json`, so a resume continues exactly.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LossScale {
+    pub scale: f64,
+    /// Finite steps since the last change of `scale`.
+    pub good_steps: u64,
+    /// Steps skipped so far.
+    pub skipped: u64,
+}
+
+impl LossScale {
+    pub const INIT: f64 = 65536.0;
+    pub const GROWTH_INTERVAL: u64 = 2000;
+    /// Below this (f16's smallest subnormal) the model overflows f16 whatever the scale.
+    pub const MIN: f64 = 5.960_464_477_539_063e-8;
+
+    pub fn new() -> Self {
+        Self {
+            scale: Self::INIT,
+            good_steps: 0,
+            skipped: 0,
+        }
+    }
+
+    /// Record whether this step's loss and gradients were finite; returns whether to apply
+    /// the update.
+    pub fn update(&mut self, finite: bool) -> bool {
+        if finite {
+            self.good_steps += 1;
+            if self.good_steps == Self::GROWTH_INTERVAL {
+                self.scale *= 2.0;
+                self.good_steps = 0;
+            }
+        } else {
+            self.scale *= 0.5;
+            self.good_steps = 0;
+            self.skipped += 1;
+        }
+        finite
+    }
+}
+
+impl Default for LossScale {
+    fn default() -> Self {
+        Self::new()
     }
 }
 
@@ -558,5 +612,24 @@ mod tests {
         assert!(decays(DecayPolicy::MatricesOnly, "blocks.1.attn.phi.w2", 2));
         assert!(decays(DecayPolicy::MatricesOnly, "head.weight", 2));
         assert!(decays(DecayPolicy::All, "blocks.0.attn.sink_logit", 1));
+    }
+
+    #[test]
+    fn loss_scale_halves_on_overflow_skips_and_doubles_after_the_growth_interval() {
+        let mut ls = LossScale::new();
+        assert!(!ls.update(false));
+        assert_eq!((ls.scale, ls.skipped, ls.good_steps), (32768.0, 1, 0));
+        for i in 0..LossScale::GROWTH_INTERVAL - 1 {
+            assert!(ls.update(true), "step {i}");
+        }
+        assert_eq!(ls.scale, 32768.0);
+        assert!(ls.update(true));
+        assert_eq!((ls.scale, ls.good_steps, ls.skipped), (65536.0, 0, 1));
+        // an overflow resets the run of good steps
+        for _ in 0..10 {
+            ls.update(true);
+        }
+        ls.update(false);
+        assert_eq!((ls.scale, ls.good_steps, ls.skipped), (32768.0, 0, 2));
     }
 }

@@ -35,6 +35,9 @@ pub struct CheckpointState {
     pub seed: u64,
     pub config_digest: String,
     pub vocab_size: usize,
+    /// The f16 loss scale at this step (`train.precision = "f16"` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss_scale: Option<optim::LossScale>,
 }
 
 /// Read a checkpoint's `state.json`.
@@ -345,6 +348,7 @@ pub fn start(exp: &Experiment, resume: bool) -> Result<Start> {
         return Err(lock::Busy {
             dir: run_dir.clone(),
             holder: Some(holder),
+            advice: None,
         }
         .into());
     }
@@ -525,6 +529,7 @@ pub fn save_checkpoint(
     adam: &Optimizer,
     step: u64,
     vocab: usize,
+    loss_scale: Option<&optim::LossScale>,
 ) -> Result<()> {
     let weights: BTreeMap<String, HostTensor> = optim::export_params(model);
     let mut meta = std::collections::HashMap::new();
@@ -540,6 +545,7 @@ pub fn save_checkpoint(
         seed: exp.run.seed,
         config_digest: config_digest(exp),
         vocab_size: vocab,
+        loss_scale: loss_scale.cloned(),
     };
     checkpoint::commit_checkpoint(
         run_dir,

@@ -4,12 +4,12 @@
 //! are pure ([`crate::metrics`]) and [`Recorder`] writes.
 
 use crate::backend;
-use crate::config::{self, Experiment};
+use crate::config::{self, Experiment, Precision};
 use crate::data::{self, Batch, Dataset, Sampler};
 use crate::eval::{batch_tensors, eval_loss, probe_metrics};
 use crate::metrics::HEADLINE_EPS;
 use crate::model::{self, Lm};
-use crate::optim::{self, GradAccumulator, Optimizer};
+use crate::optim::{self, GradAccumulator, LossScale, Optimizer};
 use crate::parallel::{self, Workers};
 use crate::recorder::Recorder;
 use crate::run;
@@ -30,6 +30,8 @@ pub struct TrainOptions {
     pub stop_after: Option<u64>,
     /// No progress bar (logs only).
     pub quiet: bool,
+    /// Start even when the memory estimate exceeds what the device has (`--skip-memory-check`).
+    pub skip_memory_check: bool,
 }
 
 /// What a finished (or stopped) run reports.
@@ -146,11 +148,16 @@ pub fn gain_scalars(model: &Lm) -> Vec<(String, f64)> {
 /// total number of counted targets, so the sum is the mean over the whole step. Micro-batches
 /// run concurrently on `workers` (each on its own replica of the model); gradients and losses
 /// are summed in micro-batch order, so the result does not depend on the number of workers.
+/// The forward's matrix products run in `precision` (mixed precision; the gradients are f32);
+/// the backward starts from the loss times `loss_scale` (f16 loss scaling: the gradients come
+/// back multiplied by it, the returned loss does not).
 pub fn gradients(
     model: &Lm,
     batches: &[Batch],
     device: &Device,
     workers: &Workers,
+    precision: Precision,
+    loss_scale: f64,
 ) -> (GradAccumulator, f64) {
     let denom: f64 = batches
         .iter()
@@ -164,9 +171,17 @@ pub fn gradients(
             None => (parallel::replica(model), device),
         };
         let (x, y, m) = batch_tensors(&batches[i], dev);
-        let loss = model::masked_nll(replica.forward(x), y, m, denom.max(1.0));
+        // The f32 leaves (`replica`) receive the gradients; the forward casts them at each
+        // matrix product when `precision` is not f32.
+        let logits = replica.clone().with_precision(precision).forward(x);
+        let loss = model::masked_nll(logits, y, m, denom.max(1.0));
         let mut grads = GradAccumulator::default();
-        grads.add(&replica, &loss.backward());
+        let backward = if loss_scale == 1.0 {
+            loss.backward()
+        } else {
+            (loss.clone() * loss_scale).backward()
+        };
+        grads.add(&replica, &backward);
         let grads = if dev == device {
             grads
         } else {
@@ -206,6 +221,8 @@ struct Trainer<'a> {
     vocab: usize,
     start_step: u64,
     summary: TrainSummary,
+    /// Dynamic loss scaling (`train.precision = "f16"` only).
+    loss_scale: Option<LossScale>,
 }
 
 /// One optimizer step's numbers.
@@ -270,13 +287,19 @@ fn init_from(model: Lm, src: &std::path::Path, log: &mut dyn FnMut(&str)) -> Res
 impl<'a> Trainer<'a> {
     /// Prepare the run directory, the data, the model (restored from the newest checkpoint
     /// when resuming), the fixed validation and probe batches, the writers and the workers.
-    fn open(exp: &'a Experiment, start: &run::Start, log: &mut dyn FnMut(&str)) -> Result<Self> {
+    fn open(
+        exp: &'a Experiment,
+        start: &run::Start,
+        memory: &crate::memory::Check,
+        log: &mut dyn FnMut(&str),
+    ) -> Result<Self> {
         for w in &start.warnings {
             log(w);
         }
         let run_dir = start.run_dir.clone();
         // the device first: a backend that is not compiled in fails before any data work
         let base_device = backend::device(exp.run.device)?;
+        backend::check_precision(exp.run.device, &base_device, exp.train.precision)?;
         let data = Dataset::prepare(&exp.data, log)?;
         std::fs::copy(
             data.dir.join("tokenizer.json"),
@@ -294,7 +317,11 @@ impl<'a> Trainer<'a> {
         let mut model = Lm::new(&exp.model, vocab, exp.run.seed, &device);
         let mut adam = Optimizer::new(&exp.optim);
         let mut start_step = 0;
+        let mut loss_scale = (exp.train.precision == Precision::F16).then(LossScale::new);
         if let Some((_, dir)) = &start.resume_from {
+            if let Some(ls) = run::read_state(dir)?.loss_scale {
+                loss_scale = Some(ls);
+            }
             let (restored, step) = run::restore(
                 exp,
                 start.previous_digest.as_deref(),
@@ -310,11 +337,13 @@ impl<'a> Trainer<'a> {
             model = init_from(model, src, log)?;
         }
         log(&format!(
-            "model: {} parameters ({} non-embedding), vocab {vocab}, device {}",
+            "model: {} parameters ({} non-embedding), vocab {vocab}, device {}, precision {}",
             model::count_params(&model),
             model::non_embedding_params(&model),
-            exp.run.device.name()
+            exp.run.device.name(),
+            exp.train.precision.name()
         ));
+        log(&memory.line());
         let sampler = Sampler::new(&data, &exp.data, exp.model.ctx, exp.run.seed)?;
         let mut val_plain =
             data::validation_batch(&data, exp.train.eval_sequences, exp.model.ctx, exp.data.bos)?;
@@ -382,6 +411,7 @@ impl<'a> Trainer<'a> {
             vocab,
             start_step,
             summary,
+            loss_scale,
         })
     }
 
@@ -405,8 +435,32 @@ impl<'a> Trainer<'a> {
                 b
             })
             .collect();
-        let (grads, loss) = gradients(self.model(), &batches, &self.device, &self.workers);
-        let gnorm = grads.global_norm();
+        let scale = self.loss_scale.as_ref().map_or(1.0, |l| l.scale);
+        let (grads, loss) = gradients(
+            self.model(),
+            &batches,
+            &self.device,
+            &self.workers,
+            exp.train.precision,
+            scale,
+        );
+        let gnorm = grads.global_norm() / scale;
+        if let Some(ls) = &mut self.loss_scale {
+            // f16: a step that overflowed is skipped and the scale halved
+            if !ls.update(loss.is_finite() && gnorm.is_finite()) {
+                if ls.scale < LossScale::MIN {
+                    bail!(
+                        "train.precision = \"f16\": the loss scale fell to {:.1e} after {} \
+                         skipped steps at step {step}: the model overflows f16 at any scale; \
+                         use \"bf16\" or \"f32\"",
+                        ls.scale,
+                        ls.skipped
+                    );
+                }
+                self.summary.steps_done = step + 1;
+                return Ok(StepStats { loss, lr, gnorm });
+            }
+        }
         if !loss.is_finite() || !gnorm.is_finite() {
             let last_good = match crate::checkpoint::list_checkpoints(&self.run_dir).pop() {
                 Some((s, dir)) => format!(
@@ -433,7 +487,7 @@ impl<'a> Trainer<'a> {
             model,
             &grads,
             lr,
-            optim::clip_scale(gnorm, exp.optim.grad_clip),
+            optim::clip_scale(gnorm, exp.optim.grad_clip) / scale,
         ));
         let s = &mut self.summary;
         s.steps_done = step + 1;
@@ -509,6 +563,8 @@ pub fn train(
         ));
         return Ok(done);
     }
+    // Memory first: a run that cannot fit is refused before anything is written or built.
+    let memory = crate::memory::preflight(exp, opts.skip_memory_check)?;
     // The run directory, locked for the whole of this function (`start.lock`).
     let start = run::start(exp, opts.resume)?;
     // A fresh start that fails before step 0 is recorded leaves nothing behind (and one killed
@@ -517,7 +573,7 @@ pub fn train(
         run::discard_stub(&start);
         e
     };
-    let mut t = Trainer::open(exp, &start, log).map_err(discard)?;
+    let mut t = Trainer::open(exp, &start, &memory, log).map_err(discard)?;
     let (start_step, total) = (t.start_step, exp.train.steps);
     if start_step == 0 {
         let first = t.evaluate(0).and_then(|_| t.probe(0));
@@ -557,16 +613,21 @@ pub fn train(
             last_tps =
                 tokens_per_step * window.1 as f64 / window.0.elapsed().as_secs_f64().max(1e-9);
             window = (Instant::now(), 0);
-            t.rec.scalars(
-                done,
-                &[
-                    ("train/loss".into(), loss),
-                    ("train/lr".into(), lr),
-                    ("train/grad_norm".into(), gnorm),
-                    ("train/tokens_per_s".into(), last_tps),
-                    ("train/tokens_seen".into(), tokens_per_step * done as f64),
-                ],
-            )?;
+            let mut scalars = vec![
+                ("train/lr".to_string(), lr),
+                ("train/tokens_per_s".into(), last_tps),
+                ("train/tokens_seen".into(), tokens_per_step * done as f64),
+            ];
+            // a step f16 loss scaling skipped has no finite loss or gradient norm to record
+            if loss.is_finite() && gnorm.is_finite() {
+                scalars.push(("train/loss".into(), loss));
+                scalars.push(("train/grad_norm".into(), gnorm));
+            }
+            if let Some(ls) = &t.loss_scale {
+                scalars.push(("train/loss_scale".into(), ls.scale));
+                scalars.push(("train/skipped_steps".into(), ls.skipped as f64));
+            }
+            t.rec.scalars(done, &scalars)?;
         }
         if let Some(k) = line_every
             && (done % k == 0 || done == total)
@@ -610,7 +671,15 @@ pub fn train(
             // events and records up to this step reach the disk before the checkpoint that a
             // resume starts from
             t.rec.flush()?;
-            run::save_checkpoint(&t.run_dir, exp, t.model(), &t.adam, done, t.vocab)?;
+            run::save_checkpoint(
+                &t.run_dir,
+                exp,
+                t.model(),
+                &t.adam,
+                done,
+                t.vocab,
+                t.loss_scale.as_ref(),
+            )?;
         }
         if stopping && !last {
             t.rec.flush()?;

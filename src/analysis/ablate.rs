@@ -144,7 +144,11 @@ fn stats(v: &[f64]) -> DormancyGroup {
         } else {
             v.iter().sum::<f64>() / v.len() as f64
         },
-        median_delta: if s.is_empty() { f64::NAN } else { crate::metrics::median(s.clone()) },
+        median_delta: if s.is_empty() {
+            f64::NAN
+        } else {
+            crate::metrics::median(s.clone())
+        },
         max_delta: s.last().copied().unwrap_or(f64::NAN),
     }
 }
@@ -185,7 +189,9 @@ pub fn ablate(run: &OpenRun, o: &AblateOptions, log: &mut dyn FnMut(&str)) -> Re
     let exp = &run.exp;
     let cfg = &exp.model;
     if o.metric == Metric::LogitDiff {
-        bail!("--metric logit-diff needs answers: use sinklab patch (clean/corrupted prompts), or --metric loss | kl here");
+        bail!(
+            "--metric logit-diff needs answers: use sinklab patch (clean/corrupted prompts), or --metric loss | kl here"
+        );
     }
     let tb = task_batch(run, &o.task, o.sequences, o.seed)?;
     let batch = tb.batch;
@@ -209,7 +215,11 @@ pub fn ablate(run: &OpenRun, o: &AblateOptions, log: &mut dyn FnMut(&str)) -> Re
     };
     log(&format!(
         "{} sequences of {} tokens; {} ablation, metric {:?} at {:?} positions",
-        batch.batch, batch.len, serde_json::to_value(o.kind)?.as_str().unwrap_or(""), o.metric, o.positions
+        batch.batch,
+        batch.len,
+        serde_json::to_value(o.kind)?.as_str().unwrap_or(""),
+        o.metric,
+        o.positions
     ));
     // The reference set of a mean ablation.
     let (reference, mean_ref) = if o.kind != AblationKind::Mean {
@@ -246,7 +256,13 @@ pub fn ablate(run: &OpenRun, o: &AblateOptions, log: &mut dyn FnMut(&str)) -> Re
         (Some(rb), Some(r))
     };
     let ref_prepared = match &reference {
-        Some(rb) => Some(Prepared::new(&run.model, rb, &site_list, scoring(None), &run.device)?),
+        Some(rb) => Some(Prepared::new(
+            &run.model,
+            rb,
+            &site_list,
+            scoring(None),
+            &run.device,
+        )?),
         None => None,
     };
     let passes: Vec<Option<&Vec<f32>>> = match &tb.split {
@@ -261,10 +277,14 @@ pub fn ablate(run: &OpenRun, o: &AblateOptions, log: &mut dyn FnMut(&str)) -> Re
         let res = match &o.units {
             Units::AllHeads | Units::AllGroups => {
                 let groups = matches!(o.units, Units::AllGroups);
-                let bar = crate::progress::Progress::new(cfg.n_layers as u64, "ablation scan (layers)");
+                let bar =
+                    crate::progress::Progress::new(cfg.n_layers as u64, "ablation scan (layers)");
                 let s = scan(&p, &ab, groups, &mut |_| bar.inc(1))?;
                 bar.finish();
-                let delta: Vec<Vec<f64>> = s.iter().map(|r| r.iter().map(|x| x - base).collect()).collect();
+                let delta: Vec<Vec<f64>> = s
+                    .iter()
+                    .map(|r| r.iter().map(|x| x - base).collect())
+                    .collect();
                 (base, Some(delta), None, ab.perm.clone())
             }
             Units::Named { units } => {
@@ -275,7 +295,8 @@ pub fn ablate(run: &OpenRun, o: &AblateOptions, log: &mut dyn FnMut(&str)) -> Re
                 let controls = matched_random(units, per, o.controls, o.seed)?;
                 let mut sets = vec![units.clone()];
                 sets.extend(controls.iter().cloned());
-                let bar = crate::progress::Progress::new(sets.len() as u64, "named set and controls");
+                let bar =
+                    crate::progress::Progress::new(sets.len() as u64, "named set and controls");
                 let v = ablate_sets(&p, &ab, &sets, &mut |k| bar.inc(k as u64))?;
                 bar.finish();
                 let deltas: Vec<f64> = v.iter().map(|x| x - base).collect();
@@ -284,7 +305,10 @@ pub fn ablate(run: &OpenRun, o: &AblateOptions, log: &mut dyn FnMut(&str)) -> Re
                     delta: deltas[0],
                     percentile: percentile(deltas[0], &deltas[1..]),
                     controls: deltas[1..].to_vec(),
-                    control_sets: controls.iter().map(|s| s.iter().map(Unit::label).collect()).collect(),
+                    control_sets: controls
+                        .iter()
+                        .map(|s| s.iter().map(Unit::label).collect())
+                        .collect(),
                     seed: o.seed,
                     delta_bigram: None,
                 };
@@ -302,11 +326,25 @@ pub fn ablate(run: &OpenRun, o: &AblateOptions, log: &mut dyn FnMut(&str)) -> Re
     let dormancy = match (&o.units, &first.1) {
         (Units::AllHeads, Some(delta)) => {
             let proxy = Proxy::for_normaliser(&cfg.attention.normaliser);
-            let scores = head_scores(&run.model, &batch, exp.train.micro_batch.max(1), proxy, Measure::Primary, &run.device, &mut |_| {});
+            let scores = head_scores(
+                &run.model,
+                &batch,
+                exp.train.micro_batch.max(1),
+                proxy,
+                Measure::Primary,
+                &run.device,
+                &mut |_| {},
+            );
             let th = Thresholds::default();
             let share: Vec<Vec<f64>> = scores
                 .iter()
-                .map(|l| l.alpha1.iter().zip(&l.slot_mass).map(|(a, m)| a + m).collect())
+                .map(|l| {
+                    l.alpha1
+                        .iter()
+                        .zip(&l.slot_mass)
+                        .map(|(a, m)| a + m)
+                        .collect()
+                })
                 .collect();
             let ahon: Vec<Vec<f64>> = scores.iter().map(|l| l.ahon_ln.clone()).collect();
             let (mut dorm, mut act) = (Vec::new(), Vec::new());
@@ -411,7 +449,10 @@ pub fn describe(r: &AblateReport) -> String {
         Task::Text { .. } => "text file".into(),
         Task::Bb { .. } => "Bigram-Backcopy copy targets".into(),
     };
-    let kind = serde_json::to_value(r.kind).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
+    let kind = serde_json::to_value(r.kind)
+        .ok()
+        .and_then(|v| v.as_str().map(String::from))
+        .unwrap_or_default();
     format!("{metric} ({pos}) under {kind} ablation, {task}")
 }
 
@@ -446,10 +487,16 @@ pub fn parse_units(s: &str) -> Result<Units> {
         .split(',')
         .map(|p| {
             let (l, h) = p.trim().split_once(':').ok_or_else(|| {
-                anyhow::anyhow!("--heads {s}: expected `all`, `L:H,L:H` (e.g. 5:1,7:10), `kv L:G` or `kv all`")
+                anyhow::anyhow!(
+                    "--heads {s}: expected `all`, `L:H,L:H` (e.g. 5:1,7:10), `kv L:G` or `kv all`"
+                )
             })?;
             let (layer, i) = (l.trim().parse::<usize>()?, h.trim().parse::<usize>()?);
-            Ok(if groups { Unit::KvGroup { layer, group: i } } else { Unit::Head { layer, head: i } })
+            Ok(if groups {
+                Unit::KvGroup { layer, group: i }
+            } else {
+                Unit::Head { layer, head: i }
+            })
         })
         .collect::<Result<Vec<_>>>()?;
     Ok(Units::Named { units })

@@ -148,26 +148,48 @@ pub fn patch(run: &OpenRun, o: &PatchOptions, log: &mut dyn FnMut(&str)) -> Resu
         answers: Some(pairs.answers.clone()),
     };
     if o.by != By::LayerPosition && matches!(o.site, Site::Stream(_)) {
-        bail!("{} is a residual-stream site: patch it --by layer-position", o.site);
+        bail!(
+            "{} is a residual-stream site: patch it --by layer-position",
+            o.site
+        );
     }
     if o.by == By::LayerPosition && matches!(o.site, Site::Head(_)) {
-        bail!("{} is a per-head site: patch it --by head or head-position", o.site);
+        bail!(
+            "{} is a per-head site: patch it --by head or head-position",
+            o.site
+        );
     }
-    if o.site == Site::Head(HeadSite::Gate) && cfg.attention.gate == (crate::config::GateConfig::None {}) {
+    if o.site == Site::Head(HeadSite::Gate)
+        && cfg.attention.gate == (crate::config::GateConfig::None {})
+    {
         bail!("gate: the model has no output gate");
     }
     let mut sites = vec![o.site];
     if let Some(a) = &o.add {
         sites.push(a.site);
     }
-    let clean = Prepared::new(&run.model, &pairs.clean, &sites, scoring(&pairs.clean), &run.device)?;
-    let corrupt = Prepared::new(&run.model, &pairs.corrupt, &sites, scoring(&pairs.corrupt), &run.device)?;
+    let clean = Prepared::new(
+        &run.model,
+        &pairs.clean,
+        &sites,
+        scoring(&pairs.clean),
+        &run.device,
+    )?;
+    let corrupt = Prepared::new(
+        &run.model,
+        &pairs.corrupt,
+        &sites,
+        scoring(&pairs.corrupt),
+        &run.device,
+    )?;
     let (m_clean, m_corr) = (clean.metric(), corrupt.metric());
     log(&format!(
         "{count} prompt pairs of {len} tokens: metric {m_clean:.4} clean, {m_corr:.4} corrupted"
     ));
     if (m_clean - m_corr).abs() < 1e-6 {
-        bail!("the clean and corrupted prompts give the same metric ({m_clean}); nothing to normalise by");
+        bail!(
+            "the clean and corrupted prompts give the same metric ({m_clean}); nothing to normalise by"
+        );
     }
     let (target, source) = match o.direction {
         Direction::Denoise => (&corrupt, &clean),
@@ -178,27 +200,61 @@ pub fn patch(run: &OpenRun, o: &PatchOptions, log: &mut dyn FnMut(&str)) -> Resu
         Site::Head(_) => cfg.n_heads,
         Site::Stream(_) => 1,
     };
-    let layers: Vec<usize> = o.layers.clone().unwrap_or_else(|| (0..cfg.n_layers).collect());
+    let layers: Vec<usize> = o
+        .layers
+        .clone()
+        .unwrap_or_else(|| (0..cfg.n_layers).collect());
     if let Some(&bad) = layers.iter().find(|&&l| l >= cfg.n_layers) {
         bail!("--layers {bad}: the model has layers 0..{}", cfg.n_layers);
     }
     let tokens = &pairs.clean.inputs[..len];
-    let pos_labels: Vec<String> = (0..len).map(|p| format!("{p} {}", token_label(&run.data, tokens[p]))).collect();
-    let (specs, row_labels, column_labels, cols): (Vec<PatchSpec>, Vec<String>, Vec<String>, usize) = match o.by {
+    let pos_labels: Vec<String> = (0..len)
+        .map(|p| format!("{p} {}", token_label(&run.data, tokens[p])))
+        .collect();
+    let (specs, row_labels, column_labels, cols): (
+        Vec<PatchSpec>,
+        Vec<String>,
+        Vec<String>,
+        usize,
+    ) = match o.by {
         By::Head => {
             let specs = layers
                 .iter()
-                .flat_map(|&layer| (0..n_index).map(move |i| PatchSpec { layer, site: o.site, index: Some(i), position: None }))
+                .flat_map(|&layer| {
+                    (0..n_index).map(move |i| PatchSpec {
+                        layer,
+                        site: o.site,
+                        index: Some(i),
+                        position: None,
+                    })
+                })
                 .collect();
             let cols = (0..n_index).map(|i| i.to_string()).collect();
-            (specs, layers.iter().map(|l| l.to_string()).collect(), cols, n_index)
+            (
+                specs,
+                layers.iter().map(|l| l.to_string()).collect(),
+                cols,
+                n_index,
+            )
         }
         By::LayerPosition => {
             let specs = layers
                 .iter()
-                .flat_map(|&layer| (0..len).map(move |p| PatchSpec { layer, site: o.site, index: None, position: Some(p) }))
+                .flat_map(|&layer| {
+                    (0..len).map(move |p| PatchSpec {
+                        layer,
+                        site: o.site,
+                        index: None,
+                        position: Some(p),
+                    })
+                })
                 .collect();
-            (specs, layers.iter().map(|l| l.to_string()).collect(), pos_labels.clone(), len)
+            (
+                specs,
+                layers.iter().map(|l| l.to_string()).collect(),
+                pos_labels.clone(),
+                len,
+            )
         }
         By::HeadPosition => {
             let mut specs = Vec::new();
@@ -206,7 +262,12 @@ pub fn patch(run: &OpenRun, o: &PatchOptions, log: &mut dyn FnMut(&str)) -> Resu
             for &layer in &layers {
                 for i in 0..n_index {
                     rows.push(head_label(layer, i));
-                    specs.extend((0..len).map(|p| PatchSpec { layer, site: o.site, index: Some(i), position: Some(p) }));
+                    specs.extend((0..len).map(|p| PatchSpec {
+                        layer,
+                        site: o.site,
+                        index: Some(i),
+                        position: Some(p),
+                    }));
                 }
             }
             (specs, rows, pos_labels.clone(), len)
@@ -225,9 +286,11 @@ pub fn patch(run: &OpenRun, o: &PatchOptions, log: &mut dyn FnMut(&str)) -> Resu
         Some(a) => {
             let (u, name) = match &a.file {
                 Some(f) => {
-                    let text = std::fs::read_to_string(f).with_context(|| format!("reading --add {}", f.display()))?;
-                    let u: Vec<f32> = serde_json::from_str(&text)
-                        .with_context(|| format!("--add {}: expected a JSON array of numbers", f.display()))?;
+                    let text = std::fs::read_to_string(f)
+                        .with_context(|| format!("reading --add {}", f.display()))?;
+                    let u: Vec<f32> = serde_json::from_str(&text).with_context(|| {
+                        format!("--add {}: expected a JSON array of numbers", f.display())
+                    })?;
                     (u, f.display().to_string())
                 }
                 None => {
@@ -236,10 +299,21 @@ pub fn patch(run: &OpenRun, o: &PatchOptions, log: &mut dyn FnMut(&str)) -> Resu
                     std::fs::write(&path, serde_json::to_string(&u)?)
                         .with_context(|| format!("writing {}", path.display()))?;
                     out.files.push("direction.json".into());
-                    (u, "direction.json (mean clean − corrupted at the last position)".into())
+                    (
+                        u,
+                        "direction.json (mean clean − corrupted at the last position)".into(),
+                    )
                 }
             };
-            let v = add_direction(&corrupt, a.layer, a.site, a.index, Some(len - 1), &u, &a.scales)?;
+            let v = add_direction(
+                &corrupt,
+                a.layer,
+                a.site,
+                a.index,
+                Some(len - 1),
+                &u,
+                &a.scales,
+            )?;
             let norm = u.iter().map(|&x| (x as f64).powi(2)).sum::<f64>().sqrt();
             Some(Addition {
                 options: a.clone(),
@@ -288,7 +362,13 @@ pub fn patch(run: &OpenRun, o: &PatchOptions, log: &mut dyn FnMut(&str)) -> Resu
     if let Some(a) = &addition {
         let series = vec![Series {
             name: format!("{} of layer {}", a.options.site, a.options.layer),
-            points: a.options.scales.iter().copied().zip(a.normalised.iter().copied()).collect(),
+            points: a
+                .options
+                .scales
+                .iter()
+                .copied()
+                .zip(a.normalised.iter().copied())
+                .collect(),
             err: None,
         }];
         let png = plot::lines(&LinePlot {

@@ -114,7 +114,10 @@ pub struct PromptPairs {
 pub fn repeat_pairs(run: &OpenRun, n: usize, sequences: usize, seed: u64) -> Result<PromptPairs> {
     let ctx = run.exp.model.ctx;
     if 2 * n > ctx || n < 2 {
-        bail!("--n {n}: the patching task has 2n tokens and needs 2 ≤ n ≤ model.ctx / 2 = {}", ctx / 2);
+        bail!(
+            "--n {n}: the patching task has 2n tokens and needs 2 ≤ n ≤ model.ctx / 2 = {}",
+            ctx / 2
+        );
     }
     let tok = &run.data.tokenizer;
     let ids = tok.regular_ids(run.data.vocab_size() as u32);
@@ -160,10 +163,17 @@ pub fn file_pairs(run: &OpenRun, file: &std::path::Path) -> Result<PromptPairs> 
         std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
     let bos: Vec<u32> = run.exp.data.bos.then_some(tok.bos_id).into_iter().collect();
     let (mut clean, mut corrupt, mut answers) = (Vec::new(), Vec::new(), Vec::new());
-    for (i, line) in body.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+    for (i, line) in body
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+    {
         let at = || format!("{}:{}", file.display(), i + 1);
         let p: PromptLine = serde_json::from_str(line).with_context(|| {
-            format!("{}: expected {{\"clean\", \"corrupt\", \"answer\", \"wrong\"}}", at())
+            format!(
+                "{}: expected {{\"clean\", \"corrupt\", \"answer\", \"wrong\"}}",
+                at()
+            )
         })?;
         let enc = |s: &str| -> Result<Vec<u32>> {
             let mut v = bos.clone();
@@ -173,7 +183,11 @@ pub fn file_pairs(run: &OpenRun, file: &std::path::Path) -> Result<PromptPairs> 
         let one = |s: &str| -> Result<u32> {
             match tok.encode(s)?.as_slice() {
                 [t] => Ok(*t),
-                other => bail!("{}: {s:?} is {} tokens; an answer must be one token", at(), other.len()),
+                other => bail!(
+                    "{}: {s:?} is {} tokens; an answer must be one token",
+                    at(),
+                    other.len()
+                ),
             }
         };
         let (c, k) = (enc(&p.clean)?, enc(&p.corrupt)?);
@@ -194,7 +208,10 @@ pub fn file_pairs(run: &OpenRun, file: &std::path::Path) -> Result<PromptPairs> 
         bail!("{}: no prompts", file.display());
     }
     if clean.iter().any(|c| c.len() != clean[0].len()) {
-        bail!("{}: every prompt must have the same number of tokens", file.display());
+        bail!(
+            "{}: every prompt must have the same number of tokens",
+            file.display()
+        );
     }
     let b = |s: Vec<Vec<u32>>| super::probes::batch_of(s);
     Ok(PromptPairs {

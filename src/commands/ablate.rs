@@ -71,10 +71,19 @@ pub fn run(a: Args) -> Result<()> {
     }
     let run = a.common.device.open(&a.checkpoint)?;
     let len = a.len.unwrap_or(run.exp.model.ctx.min(128));
-    let task = match a.task.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
+    let task = match a
+        .task
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
         ["repeat"] => Task::Repeat { n: a.n, reps: 2 },
         ["natural"] => Task::Natural { len },
-        ["text", file] => Task::Text { file: file.into(), len },
+        ["text", file] => Task::Text {
+            file: file.into(),
+            len,
+        },
         ["bb"] => Task::Bb { len },
         other => bail!(
             "--task {}: valid tasks are repeat, natural, text FILE and bb",
@@ -122,7 +131,10 @@ pub fn run(a: Args) -> Result<()> {
 fn print(r: &AblateReport, dir: &std::path::Path) {
     println!("ablate: Δ {} ({:.1} s)", ablate::describe(r), r.seconds);
     match r.baseline_bigram {
-        Some(b) => println!("  baseline: copy loss {:.4}, bigram loss {b:.4}", r.baseline),
+        Some(b) => println!(
+            "  baseline: copy loss {:.4}, bigram loss {b:.4}",
+            r.baseline
+        ),
         None => println!("  baseline {:.4}", r.baseline),
     }
     if let Some(s) = &r.scan {
@@ -131,20 +143,35 @@ fn print(r: &AblateReport, dir: &std::path::Path) {
             .enumerate()
             .flat_map(|(l, row)| {
                 row.iter().enumerate().map(move |(h, &d)| {
-                    let label = if r.groups { format!("kv {l}.{h}") } else { format!("{l}.{h}") };
+                    let label = if r.groups {
+                        format!("kv {l}.{h}")
+                    } else {
+                        format!("{l}.{h}")
+                    };
                     (d, label)
                 })
             })
             .collect();
         all.sort_by(|a, b| b.0.total_cmp(&a.0));
-        let top: Vec<String> = all.iter().take(8).map(|(d, l)| format!("{l} {d:+.4}")).collect();
+        let top: Vec<String> = all
+            .iter()
+            .take(8)
+            .map(|(d, l)| format!("{l} {d:+.4}"))
+            .collect();
         println!("  largest Δ: {}", top.join(", "));
         if let Some(b) = &r.scan_bigram {
             let at = |label: &str| -> f64 {
-                let (l, h) = label.trim_start_matches("kv ").split_once('.').expect("L.H");
+                let (l, h) = label
+                    .trim_start_matches("kv ")
+                    .split_once('.')
+                    .expect("L.H");
                 b[l.parse::<usize>().expect("layer")][h.parse::<usize>().expect("head")]
             };
-            let top: Vec<String> = all.iter().take(8).map(|(_, l)| format!("{l} {:+.4}", at(l))).collect();
+            let top: Vec<String> = all
+                .iter()
+                .take(8)
+                .map(|(_, l)| format!("{l} {:+.4}", at(l)))
+                .collect();
             println!("  bigram Δ of the same: {}", top.join(", "));
         }
     }
@@ -170,7 +197,8 @@ fn print(r: &AblateReport, dir: &std::path::Path) {
             "  {}: Δ {:+.4}{}; {} matched-random sets: median {:+.4}, max {:+.4}; percentile {:.0}",
             n.units.join(" "),
             n.delta,
-            n.delta_bigram.map_or(String::new(), |b| format!(" (bigram {b:+.4})")),
+            n.delta_bigram
+                .map_or(String::new(), |b| format!(" (bigram {b:+.4})")),
             c.len(),
             crate::metrics::median(c.clone()),
             c.last().copied().unwrap_or(f64::NAN),

@@ -33,10 +33,21 @@ pub struct Args {
     /// fed one at a time through a dense key/value cache; a step is one stream.
     #[arg(long, value_name = "N")]
     pub decode: Option<usize>,
+    /// Time training even when the memory estimate exceeds what the device has.
+    #[arg(long)]
+    pub skip_memory_check: bool,
 }
 
 pub fn run(a: Args) -> Result<()> {
     let exp = a.overrides.load(&a.experiment)?;
+    // Training builds what `train` does (the estimate is a training run's); inference needs
+    // a fraction of it and is not checked.
+    if !a.forward && a.decode.is_none() {
+        let memory = crate::memory::preflight(&exp, a.skip_memory_check)?;
+        if !a.json {
+            println!("{}", memory.line());
+        }
+    }
     let vocab = match exp.model.vocab_size {
         Some(v) => v,
         None => exp.data.tokenizer.requested_vocab()?,

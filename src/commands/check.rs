@@ -11,8 +11,9 @@ pub struct Args {
     #[arg(required = true)]
     pub experiments: Vec<PathBuf>,
     /// Check the files only, not this machine: skip the checks that the device's backend is
-    /// compiled in and that the corpus and tokenizer files exist (for experiments
-    /// meant for another machine, e.g. a GPU cluster).
+    /// compiled in, that the corpus and tokenizer files exist and that the run's estimated
+    /// memory fits in what the device has (for experiments meant for another machine, e.g. a
+    /// GPU cluster).
     #[arg(long)]
     pub schema_only: bool,
     #[command(flatten)]
@@ -31,10 +32,30 @@ pub fn run(a: Args) -> Result<()> {
                 continue;
             }
         };
-        let problems = if a.schema_only {
+        let mut problems = if a.schema_only {
             Vec::new()
         } else {
             preflight(&exp)
+        };
+        // The memory estimate against what the device has (one of the machine checks).
+        let memory = if a.schema_only {
+            None
+        } else {
+            match crate::memory::Check::of(&exp) {
+                Ok(m) => {
+                    if m.fits() == Some(false) {
+                        problems.push(("model".into(), m.refusal(&exp)));
+                    }
+                    Some(m)
+                }
+                // (an unreadable tokenizer or corpus is reported above already)
+                Err(e) => {
+                    if problems.is_empty() {
+                        problems.push(("model".into(), format!("memory estimate: {e:#}")));
+                    }
+                    None
+                }
+            }
         };
         if problems.is_empty() {
             println!(
@@ -43,6 +64,9 @@ pub fn run(a: Args) -> Result<()> {
                 exp.model.d_model,
                 count(exp.train.steps, "step", None)
             );
+            if let Some(m) = memory {
+                println!("  {}", m.line());
+            }
         } else {
             failed += 1;
             eprintln!(
@@ -81,6 +105,13 @@ fn preflight(exp: &crate::config::Experiment) -> Vec<(String, String)> {
                 compiled.join(", ")
             ),
         ));
+    }
+    if compiled.contains(&name) && exp.train.precision != crate::config::Precision::F32 {
+        let supported = crate::backend::device(exp.run.device)
+            .and_then(|d| crate::backend::check_precision(exp.run.device, &d, exp.train.precision));
+        if let Err(e) = supported {
+            problems.push(("train.precision".into(), format!("{e:#}")));
+        }
     }
     if exp.data.synthetic.is_none() {
         problems.extend(crate::data::check(&exp.data));

@@ -38,6 +38,10 @@ pub struct Args {
     /// tokens (its perplexity then measures the tokenizer, not the model).
     #[arg(long, requires = "text")]
     pub allow_unknown: bool,
+    /// The dtype of the loss's matrix products: f32, bf16 or f16 (mixed precision, as
+    /// `train.precision`); the sink metrics are always computed in f32.
+    #[arg(long, value_name = "P", default_value = "f32")]
+    pub precision: crate::config::Precision,
 }
 
 /// Share of a text's tokens that are unknown or byte-fallback tokens from which `eval --text`
@@ -104,6 +108,7 @@ pub fn run(a: Args) -> Result<()> {
         bail!("--sequences 0: expected at least 1");
     }
     let run = a.device.open(&a.path)?;
+    crate::backend::check_precision(run.exp.run.device, &run.device, a.precision)?;
     let len = checked_len(a.len, run.exp.model.ctx)?;
     if let Some(file) = &a.text {
         return eval_text(&run, file, &a, len);
@@ -134,9 +139,10 @@ pub fn run(a: Args) -> Result<()> {
         EVAL_PROGRESS_LINES,
     );
     let mut tick = |k: usize| bar.inc(k as u64);
-    let loss = eval_loss_with(model, &val, chunk, device, None, &mut tick);
+    let low = model.clone().with_precision(a.precision); // the loss's products
+    let loss = eval_loss_with(&low, &val, chunk, device, None, &mut tick);
     let loss_unchanged =
-        changes.then(|| eval_loss_with(model, &plain, chunk, device, None, &mut tick));
+        changes.then(|| eval_loss_with(&low, &plain, chunk, device, None, &mut tick));
     bar.finish();
     let bar = Progress::with_lines(
         exp.model.n_layers as u64,
@@ -236,7 +242,7 @@ fn eval_text(run: &OpenRun, file: &Path, a: &Args, len: Option<usize>) -> Result
         EVAL_PROGRESS_LINES,
     );
     let nll = eval_loss_with(
-        &run.model,
+        &run.model.clone().with_precision(a.precision),
         &batch,
         exp.train.micro_batch.max(1),
         &run.device,

@@ -71,7 +71,8 @@ pub fn run(a: Args) -> Result<()> {
         (Some(_), None) | (None, Some(_)) => bail!("--add and --at go together"),
         (Some(src), Some(at)) => {
             let parts: Vec<&str> = at.split(':').collect();
-            let bad = || anyhow!("--at {at}: expected L:SITE or L:SITE:H, e.g. 4:resid_pre or 17:z:4");
+            let bad =
+                || anyhow!("--at {at}: expected L:SITE or L:SITE:H, e.g. 4:resid_pre or 17:z:4");
             let (layer, site, index) = match parts.as_slice() {
                 [l, s] => (l.parse().map_err(|_| bad())?, s.parse::<Site>()?, None),
                 [l, s, h] => (
@@ -94,12 +95,23 @@ pub fn run(a: Args) -> Result<()> {
     let o = PatchOptions {
         prompts: match a.prompts {
             Some(file) => Prompts::File { file },
-            None => Prompts::Repeat { n: a.n, sequences: a.sequences },
+            None => Prompts::Repeat {
+                n: a.n,
+                sequences: a.sequences,
+            },
         },
         site,
         by,
-        direction: if a.direction == "noise" { Direction::Noise } else { Direction::Denoise },
-        metric: if a.metric == "loss" { Metric::Loss } else { Metric::LogitDiff },
+        direction: if a.direction == "noise" {
+            Direction::Noise
+        } else {
+            Direction::Denoise
+        },
+        metric: if a.metric == "loss" {
+            Metric::Loss
+        } else {
+            Metric::LogitDiff
+        },
         layers: (!a.layers.is_empty()).then_some(a.layers),
         add,
         seed: a.common.seed,
@@ -132,8 +144,15 @@ fn print(r: &PatchReport, dir: &std::path::Path) {
         }
     }
     cells.sort_by(|a, b| b.0.abs().total_cmp(&a.0.abs()));
-    let top: Vec<String> = cells.iter().take(8).map(|(v, l)| format!("{l}: {v:+.3}")).collect();
-    println!("  largest normalised effects (row × column): {}", top.join("; "));
+    let top: Vec<String> = cells
+        .iter()
+        .take(8)
+        .map(|(v, l)| format!("{l}: {v:+.3}"))
+        .collect();
+    println!(
+        "  largest normalised effects (row × column): {}",
+        top.join("; ")
+    );
     if let Some(a) = &r.addition {
         let pts: Vec<String> = a
             .options
@@ -142,7 +161,14 @@ fn print(r: &PatchReport, dir: &std::path::Path) {
             .zip(&a.normalised)
             .map(|(s, v)| format!("α {s}: {v:+.3}"))
             .collect();
-        println!("  adding {} (‖u‖ = {:.3}) at layer {} {}: {}", a.direction, a.norm, a.options.layer, a.options.site, pts.join(", "));
+        println!(
+            "  adding {} (‖u‖ = {:.3}) at layer {} {}: {}",
+            a.direction,
+            a.norm,
+            a.options.layer,
+            a.options.site,
+            pts.join(", ")
+        );
     }
     println!("results: {}", dir.display());
 }

@@ -17,27 +17,39 @@ pub struct Args {
     /// Emergence: the first probe step at which Sink1 exceeds this percentage.
     #[arg(long, default_value_t = 5.0)]
     pub threshold: f64,
+    /// Write the report and plots into DIR instead of the run or sweep directory, which is
+    /// then only read (so it works while the run trains or the sweep runs).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
 }
 
 pub fn run(a: Args) -> Result<()> {
-    // The report writes into the directory: one writer at a time (a run that trains, a sweep's
-    // launcher, another report hold it). TensorBoard reads a training run's curves meanwhile.
-    let _lock = if a.dir.is_dir() {
-        Some(crate::lock::acquire(&a.dir, "report")?)
-    } else {
-        None
+    // A report written into the directory is a writer there: one at a time (a run that trains,
+    // a sweep's launcher or another report holds it). With --out it only reads.
+    let _lock = match &a.out {
+        None if a.dir.is_dir() => Some(crate::lock::acquire_advising(
+            &a.dir,
+            "report",
+            Some(
+                "or write the report elsewhere with --out DIR (TensorBoard also shows a \
+                 training run's curves live)",
+            ),
+        )?),
+        _ => None,
     };
     if !a.dir.join("sweep.json").exists() && a.dir.join("metrics.jsonl").exists() {
-        let md = report::run_curves(&a.dir)?;
+        let out = a.out.clone().unwrap_or_else(|| a.dir.join("plots"));
+        let md = report::run_curves(&a.dir, &out)?;
         println!("{md}");
-        println!("wrote {}/plots/", a.dir.display());
+        println!("wrote {}/", out.display());
         return Ok(());
     }
-    let md = report::report(&a.dir, a.eps, a.threshold)?;
+    let out = a.out.clone().unwrap_or_else(|| a.dir.clone());
+    let md = report::report(&a.dir, &out, a.eps, a.threshold)?;
     println!("{md}");
     println!(
         "wrote {}/report.md, report.csv, report.json and plots",
-        a.dir.display()
+        out.display()
     );
     Ok(())
 }

@@ -1,5 +1,7 @@
 //! `sinklab sweep`.
 
+use crate::config::Experiment;
+use crate::memory::{self, Available, human};
 use crate::sweep::{self, slurm};
 use crate::train;
 use anyhow::{Context, Result, bail};
@@ -35,6 +37,11 @@ pub struct Args {
     /// Put the sweep directory under DIR instead of the file's `out_dir` (runs/sweeps).
     #[arg(long, value_name = "DIR")]
     pub out_dir: Option<PathBuf>,
+    /// Start the runs even when their memory estimates exceed what the machine has: skips the
+    /// check that the runs in flight together fit, and is passed on to every run. (Not for
+    /// --emit/--submit: each SLURM task checks the node it runs on.)
+    #[arg(long, conflicts_with_all = ["emit", "submit"])]
+    pub skip_memory_check: bool,
 }
 
 /// What `--emit` writes.
@@ -109,11 +116,20 @@ pub fn run(a: Args) -> Result<()> {
         }
         return Ok(());
     }
+    if !a.skip_memory_check {
+        let only: Vec<&Experiment> = match a.index {
+            Some(i) => exps.get(i).into_iter().collect(),
+            None => exps.iter().collect(),
+        };
+        memory_fits_together(&only, a.jobs)?;
+    }
     ctrlc::set_handler(|| {
         sweep::STOP.store(true, std::sync::atomic::Ordering::SeqCst);
         train::INTERRUPT.store(true, std::sync::atomic::Ordering::SeqCst);
     })?;
-    let o = sweep::run(&plan, &exps, a.jobs, a.index, &|m| eprintln!("{m}"))?;
+    let o = sweep::run(&plan, &exps, a.jobs, a.index, a.skip_memory_check, &|m| {
+        eprintln!("{m}")
+    })?;
     println!(
         "sweep {}: {} done, {} skipped (already finished), {} failed, {} interrupted, {} busy",
         plan.name,
@@ -217,5 +233,71 @@ fn emit_slurm(
     println!(
         "follow with: squeue -j {ids}; stop with: scancel {job} (runs checkpoint and resume on the next --submit)"
     );
+    Ok(())
+}
+
+/// The runs that may be in flight together fit: for each device kind, the `jobs` largest
+/// memory estimates (each run with the cores over `jobs` threads) sum to no more than the
+/// device has. A run too large on its own is refused here with its own message.
+fn memory_fits_together(exps: &[&Experiment], jobs: usize) -> Result<()> {
+    let mut kinds = Vec::new();
+    for e in exps {
+        if !kinds.contains(&e.run.device) {
+            kinds.push(e.run.device);
+        }
+    }
+    for kind in kinds {
+        let available = memory::device_memory(kind);
+        let Available::Known {
+            bytes: avail,
+            source,
+        } = &available
+        else {
+            continue;
+        };
+        // the `j` largest estimates with `j` runs at a time, largest first
+        let largest = |j: usize| -> Result<Vec<(u64, &Experiment)>> {
+            let threads = sweep::threads_per_run(j);
+            let mut est = Vec::new();
+            for e in exps.iter().filter(|e| e.run.device == kind) {
+                let c = memory::Check::with(e, threads, available.clone())?;
+                if c.fits() == Some(false) {
+                    bail!("run {}: {}", e.run.name, c.refusal(e));
+                }
+                est.push((c.estimate.total, *e));
+            }
+            est.sort_by_key(|x| std::cmp::Reverse(x.0));
+            est.truncate(j);
+            Ok(est)
+        };
+        let sum = |v: &[(u64, &Experiment)]| v.iter().map(|x| x.0).sum::<u64>();
+        let top = largest(jobs.max(1))?;
+        if sum(&top) <= *avail {
+            continue;
+        }
+        let mut fitting = 1;
+        for j in (1..jobs).rev() {
+            if sum(&largest(j)?) <= *avail {
+                fitting = j;
+                break;
+            }
+        }
+        let names: Vec<String> = top
+            .iter()
+            .map(|(b, e)| format!("{} {}", e.run.name, human(*b)))
+            .collect();
+        bail!(
+            "memory: {} runs at a time may not fit on {}: the {} largest estimates sum to {} \
+             ({}) but {} is available ({source}). Use --jobs {fitting}, or pass {} if you know \
+             they fit.",
+            jobs,
+            kind.name(),
+            top.len(),
+            human(sum(&top)),
+            names.join(", "),
+            human(*avail),
+            memory::SKIP_FLAG
+        );
+    }
     Ok(())
 }

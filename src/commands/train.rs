@@ -22,6 +22,10 @@ pub struct Args {
     /// result. (Without a terminal, progress comes as about 20 plain step lines instead of a bar.)
     #[arg(long)]
     pub quiet: bool,
+    /// Start even when the memory estimate (printed at the start) exceeds the memory the device
+    /// has; without it such a run is refused before anything is built.
+    #[arg(long)]
+    pub skip_memory_check: bool,
 }
 
 pub fn run(a: Args) -> Result<()> {
@@ -30,6 +34,7 @@ pub fn run(a: Args) -> Result<()> {
         resume: a.resume,
         stop_after: a.stop_after,
         quiet: a.quiet,
+        skip_memory_check: a.skip_memory_check,
     };
     ctrlc::set_handler(|| {
         train::INTERRUPT.store(true, std::sync::atomic::Ordering::SeqCst);
@@ -59,12 +64,13 @@ pub fn run(a: Args) -> Result<()> {
     }
     println!(
         "done: {}, loss {:.4} -> {:.4}, {val}, Sink1(eps={HEADLINE_EPS}) {:.1}%, \
-         {:.0} tokens/s\nrun directory: {}\nview: tensorboard --logdir {}",
+         {:.0} tokens/s, peak RSS {}\nrun directory: {}\nview: tensorboard --logdir {}",
         crate::progress::count(s.steps_done, "step", None),
         s.first_loss.unwrap_or(f64::NAN),
         s.last_loss.unwrap_or(f64::NAN),
         s.last_sink1.unwrap_or(f64::NAN),
         s.tokens_per_s,
+        crate::memory::peak_rss().map_or("unknown".into(), crate::memory::human),
         s.run_dir.display(),
         s.run_dir.display()
     );

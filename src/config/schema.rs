@@ -493,6 +493,44 @@ pub struct TrainConfig {
     /// checkpoint is newer).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub init_from: Option<std::path::PathBuf>,
+    /// The precision of the training forward and backward (mixed precision): `"f32"`, or
+    /// `"bf16"` / `"f16"` for every matrix product (linear layers, q·kᵀ, A·V, the head), whose
+    /// inputs are cast down and outputs back to f32; master weights, gradients, optimizer
+    /// state, norms, softmax, the residual stream and the loss stay f32. `"f16"` adds dynamic
+    /// loss scaling. Probes, evaluation and checkpoints are f32.
+    pub precision: Precision,
+}
+
+/// The dtype of the matrix products in a forward (`train.precision`, `eval --precision`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Precision {
+    #[default]
+    F32,
+    Bf16,
+    F16,
+}
+
+impl Precision {
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::F32 => "f32",
+            Precision::Bf16 => "bf16",
+            Precision::F16 => "f16",
+        }
+    }
+}
+
+impl std::str::FromStr for Precision {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "f32" => Ok(Precision::F32),
+            "bf16" => Ok(Precision::Bf16),
+            "f16" => Ok(Precision::F16),
+            _ => Err(format!("precision {s:?}: expected f32, bf16 or f16")),
+        }
+    }
 }
 
 impl Default for TrainConfig {
@@ -507,6 +545,7 @@ impl Default for TrainConfig {
             keep_checkpoints: 3,
             log_every: 10,
             init_from: None,
+            precision: Precision::F32,
         }
     }
 }

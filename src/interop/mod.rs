@@ -287,6 +287,7 @@ pub fn import(
         return Err(crate::lock::Busy {
             dir: out.to_path_buf(),
             holder: Some(holder),
+            advice: None,
         }
         .into());
     }
@@ -421,6 +422,7 @@ fn import_locked(
             seed: exp.run.seed,
             config_digest: crate::run::config_digest(&exp),
             vocab_size: exp.model.vocab_size.unwrap_or(0),
+            loss_scale: None,
         };
         checkpoint::commit_checkpoint(
             &tmp,

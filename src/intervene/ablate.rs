@@ -38,7 +38,12 @@ pub struct Ablation<'a> {
 }
 
 impl<'a> Ablation<'a> {
-    pub fn new(kind: AblationKind, batch: usize, seed: u64, mean_from: Option<&'a Prepared<'a>>) -> Self {
+    pub fn new(
+        kind: AblationKind,
+        batch: usize,
+        seed: u64,
+        mean_from: Option<&'a Prepared<'a>>,
+    ) -> Self {
         Self {
             kind,
             mean_from,
@@ -47,7 +52,13 @@ impl<'a> Ablation<'a> {
     }
 
     /// The replacement at (layer, site) for `copies` copies of `p`'s batch.
-    fn value(&self, p: &Prepared, layer: usize, site: HeadSite, copies: usize) -> Result<Tensor<4>> {
+    fn value(
+        &self,
+        p: &Prepared,
+        layer: usize,
+        site: HeadSite,
+        copies: usize,
+    ) -> Result<Tensor<4>> {
         let device = p.resid[0].device();
         Ok(match self.kind {
             AblationKind::Zero => Tensor::zeros([1, 1, 1, 1], &device),
@@ -62,9 +73,14 @@ impl<'a> Ablation<'a> {
             AblationKind::Resample => {
                 let a = p.heads(layer, site)?;
                 let idx: Vec<i64> = self.perm.iter().map(|&i| i as i64).collect();
-                let idx = Tensor::<1, Int>::from_data(TensorData::new(idx, [self.perm.len()]), &device);
+                let idx =
+                    Tensor::<1, Int>::from_data(TensorData::new(idx, [self.perm.len()]), &device);
                 let a = a.select(0, idx); // (B, n, S, d_h): sequence b gets perm[b]'s
-                if copies == 1 { a } else { Tensor::cat(vec![a; copies], 0) }
+                if copies == 1 {
+                    a
+                } else {
+                    Tensor::cat(vec![a; copies], 0)
+                }
             }
             AblationKind::MoveToFirst => {
                 let cfg = &p.model.cfg;
@@ -105,7 +121,11 @@ fn check_units(p: &Prepared, ab: &Ablation, sets: &[Vec<Unit>]) -> Result<()> {
 
 /// The edits that ablate set i of `sets` in copy i of `p`'s batch, and the layer the walk
 /// restarts at (None when no set has a unit).
-pub fn hooks_for(p: &Prepared, ab: &Ablation, sets: &[Vec<Unit>]) -> Result<Option<(usize, HookSet)>> {
+pub fn hooks_for(
+    p: &Prepared,
+    ab: &Ablation,
+    sets: &[Vec<Unit>],
+) -> Result<Option<(usize, HookSet)>> {
     check_units(p, ab, sets)?;
     let cfg = &p.model.cfg;
     let (h, kv) = (cfg.n_heads, cfg.kv_heads());
@@ -138,20 +158,37 @@ pub fn hooks_for(p: &Prepared, ab: &Ablation, sets: &[Vec<Unit>]) -> Result<Opti
                     let data: Vec<bool> = (0..rows * h * s)
                         .map(|i| on(i / (h * s), (i / s) % h) && i % s >= n_sink)
                         .collect();
-                    let m = Tensor::<4, Bool>::from_data(TensorData::new(data, [rows, h, s, 1]), &device);
+                    let m = Tensor::<4, Bool>::from_data(
+                        TensorData::new(data, [rows, h, s, 1]),
+                        &device,
+                    );
                     (HeadSite::Pattern, m)
                 }
                 _ => (HeadSite::Z, unit_mask(rows, h, &device, on)),
             };
             let value = ab.value(p, l, site, k)?;
-            hooks = hooks.edit_heads(l, site, Edit::Replace { value, mask: Some(Box::new(mask)) });
+            hooks = hooks.edit_heads(
+                l,
+                site,
+                Edit::Replace {
+                    value,
+                    mask: Some(Box::new(mask)),
+                },
+            );
         }
         if !groups.is_empty() {
             let mask = unit_mask(rows, kv, &device, |r, j| groups.contains(&(r / b, j)));
             for site in [HeadSite::K, HeadSite::V] {
                 let value = ab.value(p, l, site, k)?;
                 let m = Box::new(mask.clone());
-                hooks = hooks.edit_heads(l, site, Edit::Replace { value, mask: Some(m) });
+                hooks = hooks.edit_heads(
+                    l,
+                    site,
+                    Edit::Replace {
+                        value,
+                        mask: Some(m),
+                    },
+                );
             }
         }
     }
@@ -214,7 +251,12 @@ pub fn scan(
 
 /// `seeds` random sets matched to `named`: as many units from each layer as `named` has there,
 /// drawn without replacement from that layer's other units (`per_layer` of them in a layer).
-pub fn matched_random(named: &[Unit], per_layer: usize, seeds: usize, seed: u64) -> Result<Vec<Vec<Unit>>> {
+pub fn matched_random(
+    named: &[Unit],
+    per_layer: usize,
+    seeds: usize,
+    seed: u64,
+) -> Result<Vec<Vec<Unit>>> {
     let mut by_layer: BTreeMap<usize, Vec<Unit>> = BTreeMap::new();
     for u in named {
         by_layer.entry(u.layer()).or_default().push(*u);
@@ -228,7 +270,10 @@ pub fn matched_random(named: &[Unit], per_layer: usize, seeds: usize, seed: u64)
                 Unit::Head { .. } => Unit::Head { layer, head: i },
                 Unit::KvGroup { .. } => Unit::KvGroup { layer, group: i },
             };
-            let mut pool: Vec<Unit> = (0..per_layer).map(make).filter(|u| !units.contains(u)).collect();
+            let mut pool: Vec<Unit> = (0..per_layer)
+                .map(make)
+                .filter(|u| !units.contains(u))
+                .collect();
             if pool.len() < units.len() {
                 bail!(
                     "no matched-random control: layer {layer} has {} other units for the {} named there",
@@ -273,7 +318,11 @@ mod tests {
             assert_eq!(distinct.len(), 3);
             seen.extend(s.iter().copied());
         }
-        assert_eq!(seen.len(), 4 + 5, "every other head of layers 1 and 4 gets drawn");
+        assert_eq!(
+            seen.len(),
+            4 + 5,
+            "every other head of layers 1 and 4 gets drawn"
+        );
         assert_eq!(sets, matched_random(&named, 6, 50, 3).unwrap());
         let e = matched_random(&named, 2, 1, 0).unwrap_err().to_string();
         assert!(e.contains("layer 1 has 0 other units"), "{e}");

@@ -268,10 +268,8 @@ impl<'a> Prepared<'a> {
                 let mut r0 = 0;
                 while r0 < n {
                     let k = per.min(n - r0);
-                    let logits = model_logits(
-                        self.model,
-                        h.clone().narrow(0, r0, k).narrow(1, from, len),
-                    ); // (k, P, V)
+                    let logits =
+                        model_logits(self.model, h.clone().narrow(0, r0, k).narrow(1, from, len)); // (k, P, V)
                     let logp = log_softmax(logits, 2);
                     let per_pos: Vec<f32> = match self.scoring.metric {
                         Metric::Loss => {
@@ -292,10 +290,8 @@ impl<'a> Prepared<'a> {
                         _ => {
                             let (_, clean) = self.logp.as_ref().expect("recorded for the KL");
                             let rows: Vec<i64> = (r0..r0 + k).map(|r| (r % b) as i64).collect();
-                            let rows = Tensor::<1, Int>::from_data(
-                                TensorData::new(rows, [k]),
-                                &device,
-                            );
+                            let rows =
+                                Tensor::<1, Int>::from_data(TensorData::new(rows, [k]), &device);
                             let c = clean.clone().select(0, rows); // (k, P, V)
                             let kl = (c.clone().exp() * (c - logp)).sum_dim(2); // (k, P, 1)
                             crate::eval::to_array(kl).data
@@ -363,7 +359,12 @@ pub fn aggregate(rows: &[(f64, f64)]) -> f64 {
 }
 
 /// A (rows, n, 1, 1) boolean mask, true where `on(row, index)`.
-pub fn unit_mask(rows: usize, n: usize, device: &Device, on: impl Fn(usize, usize) -> bool) -> Tensor<4, Bool> {
+pub fn unit_mask(
+    rows: usize,
+    n: usize,
+    device: &Device,
+    on: impl Fn(usize, usize) -> bool,
+) -> Tensor<4, Bool> {
     let data: Vec<bool> = (0..rows * n).map(|i| on(i / n, i % n)).collect();
     Tensor::from_data(TensorData::new(data, [rows, n, 1, 1]), device)
 }

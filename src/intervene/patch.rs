@@ -22,7 +22,11 @@ pub struct PatchSpec {
 fn check(p: &Prepared, spec: &PatchSpec) -> Result<()> {
     let cfg = &p.model.cfg;
     if spec.layer >= cfg.n_layers {
-        bail!("layer {}: the model has layers 0..{}", spec.layer, cfg.n_layers);
+        bail!(
+            "layer {}: the model has layers 0..{}",
+            spec.layer,
+            cfg.n_layers
+        );
     }
     let n = match spec.site {
         Site::Head(HeadSite::K | HeadSite::V) => cfg.kv_heads(),
@@ -40,7 +44,10 @@ fn check(p: &Prepared, spec: &PatchSpec) -> Result<()> {
     if let Some(q) = spec.position
         && q >= p.batch.len
     {
-        bail!("position {q}: the prompts have positions 0..{}", p.batch.len);
+        bail!(
+            "position {q}: the prompts have positions 0..{}",
+            p.batch.len
+        );
     }
     Ok(())
 }
@@ -93,17 +100,41 @@ pub fn patch_hooks(
                 let data: Vec<bool> = (0..rows * n * q)
                     .map(|i| on(i / (n * q), (i / q) % n, i % q))
                     .collect();
-                let mask = Tensor::<4, Bool>::from_data(TensorData::new(data, [rows, n, q, 1]), &device);
-                let value = if k == 1 { v } else { Tensor::cat(vec![v; k], 0) };
-                hooks = hooks.edit_heads(l, hs, Edit::Replace { value, mask: Some(Box::new(mask)) });
+                let mask =
+                    Tensor::<4, Bool>::from_data(TensorData::new(data, [rows, n, q, 1]), &device);
+                let value = if k == 1 {
+                    v
+                } else {
+                    Tensor::cat(vec![v; k], 0)
+                };
+                hooks = hooks.edit_heads(
+                    l,
+                    hs,
+                    Edit::Replace {
+                        value,
+                        mask: Some(Box::new(mask)),
+                    },
+                );
             }
             Site::Stream(ss) => {
                 let v = source.stream(l, ss)?; // (B, S, d)
                 let q = v.dims()[1];
                 let data: Vec<bool> = (0..rows * q).map(|i| on(i / q, 0, i % q)).collect();
-                let mask = Tensor::<3, Bool>::from_data(TensorData::new(data, [rows, q, 1]), &device);
-                let value = if k == 1 { v } else { Tensor::cat(vec![v; k], 0) };
-                hooks = hooks.edit_stream(l, ss, Edit::Replace { value, mask: Some(Box::new(mask)) });
+                let mask =
+                    Tensor::<3, Bool>::from_data(TensorData::new(data, [rows, q, 1]), &device);
+                let value = if k == 1 {
+                    v
+                } else {
+                    Tensor::cat(vec![v; k], 0)
+                };
+                hooks = hooks.edit_stream(
+                    l,
+                    ss,
+                    Edit::Replace {
+                        value,
+                        mask: Some(Box::new(mask)),
+                    },
+                );
             }
         }
     }
@@ -149,7 +180,15 @@ pub fn add_direction(
     u: &[f32],
     scales: &[f64],
 ) -> Result<Vec<f64>> {
-    check(p, &PatchSpec { layer, site, index, position })?;
+    check(
+        p,
+        &PatchSpec {
+            layer,
+            site,
+            index,
+            position,
+        },
+    )?;
     let cfg = &p.model.cfg;
     let b = p.batch.batch;
     let n_sink = cfg.sink_tokens;
@@ -165,7 +204,10 @@ pub fn add_direction(
             Site::Stream(ss) => {
                 let d = cfg.d_model;
                 if u.len() != d {
-                    bail!("the direction has {} values; {site} needs d_model = {d}", u.len());
+                    bail!(
+                        "the direction has {} values; {site} needs d_model = {d}",
+                        u.len()
+                    );
                 }
                 let mut data = vec![0f32; rows * s * d];
                 for r in 0..rows {
@@ -182,14 +224,23 @@ pub fn add_direction(
                 let Some(j) = index else {
                     bail!("a direction at {site} needs a head (L:{site}:H)");
                 };
-                let n = if matches!(hs, HeadSite::K | HeadSite::V) { cfg.kv_heads() } else { cfg.n_heads };
+                let n = if matches!(hs, HeadSite::K | HeadSite::V) {
+                    cfg.kv_heads()
+                } else {
+                    cfg.n_heads
+                };
                 let w = match hs {
-                    HeadSite::Pattern => bail!("directions are added to vectors, not to the pattern"),
+                    HeadSite::Pattern => {
+                        bail!("directions are added to vectors, not to the pattern")
+                    }
                     HeadSite::Gate => bail!("directions are added to vectors, not to the gate"),
                     _ => cfg.d_head(),
                 };
                 if u.len() != w {
-                    bail!("the direction has {} values; {site} needs d_head = {w}", u.len());
+                    bail!(
+                        "the direction has {} values; {site} needs d_head = {w}",
+                        u.len()
+                    );
                 }
                 let mut data = vec![0f32; rows * n * s * w];
                 for r in 0..rows {

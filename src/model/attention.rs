@@ -36,7 +36,7 @@
 
 use super::context::{Ctx, LayerKv, rope};
 use super::hooks::{Frame, HeadSite, Tap, tap_heads, tap_wants};
-use super::layers::{Init, Linear};
+use super::layers::{Compute, Init, Linear, matmul_in};
 use crate::config::{
     FeatureMap, Gain, GateConfig, KBiasValue, KernelNorm, ModelConfig, NormaliserConfig, QueryInit,
     ShapingConfig, SlotConfig, ValueOutputConfig, WInit,
@@ -436,9 +436,9 @@ impl Attention {
     }
 
     /// Project (if a projection is given) and split into `h` heads: (B, S, h·d_h) → (B, h, S, d_h).
-    fn heads(&self, x: Tensor<3>, w: Option<&Linear>, h: usize) -> Tensor<4> {
+    fn heads(&self, x: Tensor<3>, w: Option<&Linear>, h: usize, compute: Compute) -> Tensor<4> {
         let x = match w {
-            Some(w) => w.forward(x),
+            Some(w) => w.forward_in(x, compute),
             None => x,
         };
         let [b, s, width] = x.dims();
@@ -535,9 +535,10 @@ impl Attention {
         let h = self.spec.n_heads;
         let dh = d / h;
         let kv = self.spec.kv_heads;
-        let mut q = self.heads(u.clone(), Some(&self.wq), h); // (B, H, Q, d_h)
-        let k = self.heads(u.clone(), Some(&self.wk), kv); // (B, KV, Q, d_h)
-        let v = self.heads(u.clone(), self.wv.as_ref(), kv);
+        let c = ctx.compute; // the dtype of the matrix products (mixed precision)
+        let mut q = self.heads(u.clone(), Some(&self.wq), h, c); // (B, H, Q, d_h)
+        let k = self.heads(u.clone(), Some(&self.wk), kv, c); // (B, KV, Q, d_h)
+        let v = self.heads(u.clone(), self.wv.as_ref(), kv, c);
         let (mut k, v) = match cache {
             Some(c) => c.update(k, v, ctx.keep), // (B, H, S, d_h), keys unrotated
             None => (k, v),
@@ -575,7 +576,7 @@ impl Attention {
                 None => (k, v),
             }; // (B, H, M+S, d_h)
             // Scale q (B, H, Q, d_h) rather than the (B, H, Q, C) scores: same maths, fewer flops.
-            let mut scores = (q / (dh as f64).sqrt()).matmul(k_all.swap_dims(2, 3)); // (B, H, Q, M+S)
+            let mut scores = matmul_in(q / (dh as f64).sqrt(), k_all.swap_dims(2, 3), c); // (B, H, Q, M+S)
             let sink_column = self.slot.as_ref().and_then(|sl| sl.logit_column(b, h, nq));
             let has_sink_column = sink_column.is_some();
             if let Some(z) = sink_column {
@@ -588,15 +589,15 @@ impl Attention {
                 // + Γ_l (1, 1, Q, S)
                 scores = scores + g.val().slice([ctx.q_start..s, 0..s]).unsqueeze::<4>();
             }
-            let c = scores.dims()[3];
-            let w = self.normalise(scores, ctx.hidden.clone().expand([b, h, nq, c])); // (B, H, Q, C)
+            let cols = scores.dims()[3];
+            let w = self.normalise(scores, ctx.hidden.clone().expand([b, h, nq, cols])); // (B, H, Q, C)
             let slots = Frame {
-                slot_cols: c - s,
+                slot_cols: cols - s,
                 ..frame
             };
             let w = tap_heads(&mut tap, HeadSite::Pattern, w, slots); // hook pattern
             let w = if has_sink_column {
-                w.narrow(3, 1, c - 1) // the sink logit's value is 0
+                w.narrow(3, 1, cols - 1) // the sink logit's value is 0
             } else {
                 w
             };
@@ -613,13 +614,13 @@ impl Attention {
             } else {
                 w
             };
-            w.matmul(v_all) // (B, H, Q, d_h)
+            matmul_in(w, v_all, c) // (B, H, Q, d_h)
         };
         if let Some(sl) = &self.slot {
             out = sl.add_value_bias(out);
         }
         if let Some(g) = &self.gate {
-            let gv = sigmoid(g.forward(u)); // (B, S, H) or (B, S, d)
+            let gv = sigmoid(g.forward_in(u, c)); // (B, S, H) or (B, S, d)
             let g4 = match self.spec.gate {
                 GateConfig::Headwise {} => gv.swap_dims(1, 2).unsqueeze_dim::<4>(3), // (B, H, Q, 1)
                 _ => gv.reshape([b, nq, h, dh]).swap_dims(1, 2), // (B, H, Q, d_h)
@@ -630,7 +631,7 @@ impl Attention {
         let out = tap_heads(&mut tap, HeadSite::Z, out, frame); // hook z (B, H, Q, d_h)
         let out = out.swap_dims(1, 2).reshape([b, nq, d]); // (B, Q, d): heads concatenated
         match &self.wo {
-            Some(wo) => wo.forward(out),
+            Some(wo) => wo.forward_in(out, c),
             None => out,
         }
     }

@@ -4,7 +4,7 @@
 use super::attention::Attention;
 use super::context::{Ctx, LayerKv};
 use super::hooks::{Frame, StreamSite, Tap, tap_stream};
-use super::layers::{GainValue, Init, Linear, Norm, gain_param, mix, norm_or_id, scale};
+use super::layers::{Compute, GainValue, Init, Linear, Norm, gain_param, mix, norm_or_id, scale};
 use crate::config::{BlockConfig, FfnConfig, Gain, ModelConfig};
 use crate::spa::SpaLayer;
 use burn::module::{Module, Param};
@@ -55,19 +55,21 @@ impl Mlp {
         })
     }
 
-    pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
-        let gate = |x: Tensor<3>| self.w_gate.as_ref().expect("gated FFN").forward(x); // (B, T, f)
+    /// `x` (B, T, d) → (B, T, d), the products in the `c` dtype (mixed precision).
+    pub fn forward(&self, x: Tensor<3>, c: Compute) -> Tensor<3> {
+        let up = |x: Tensor<3>| self.w_up.forward_in(x, c);
+        let gate = |x: Tensor<3>| self.w_gate.as_ref().expect("gated FFN").forward_in(x, c); // (B, T, f)
         let hidden = match self.kind {
-            FfnConfig::Relu {} => relu(self.w_up.forward(x)),
-            FfnConfig::Gelu {} => gelu(self.w_up.forward(x)),
-            FfnConfig::GeluTanh {} => gelu_tanh(self.w_up.forward(x)),
-            FfnConfig::Silu {} => silu(self.w_up.forward(x)),
-            FfnConfig::Swiglu {} => silu(gate(x.clone())) * self.w_up.forward(x),
-            FfnConfig::Geglu {} => gelu(gate(x.clone())) * self.w_up.forward(x),
-            FfnConfig::Reglu {} => relu(gate(x.clone())) * self.w_up.forward(x),
+            FfnConfig::Relu {} => relu(up(x)),
+            FfnConfig::Gelu {} => gelu(up(x)),
+            FfnConfig::GeluTanh {} => gelu_tanh(up(x)),
+            FfnConfig::Silu {} => silu(up(x)),
+            FfnConfig::Swiglu {} => silu(gate(x.clone())) * up(x),
+            FfnConfig::Geglu {} => gelu(gate(x.clone())) * up(x),
+            FfnConfig::Reglu {} => relu(gate(x.clone())) * up(x),
             FfnConfig::None {} => unreachable!("no MLP is built for ffn = none"),
         }; // (B, T, f)
-        self.w_down.forward(hidden) // (B, T, d)
+        self.w_down.forward_in(hidden, c) // (B, T, d)
     }
 }
 
@@ -184,7 +186,7 @@ impl Block {
                 let Some(mlp) = &self.mlp else {
                     return scale(h, &self.alpha_ff, ga_ff);
                 };
-                let m = mlp.forward(norm_or_id(&self.norm2, h.clone()));
+                let m = mlp.forward(norm_or_id(&self.norm2, h.clone()), ctx.compute);
                 let m = tap_stream(&mut tap, StreamSite::MlpOut, m, frame);
                 mix(vec![(h, &self.alpha_ff, ga_ff), (m, &self.beta_ff, gb_ff)])
             }
@@ -196,7 +198,7 @@ impl Block {
                 let h = tap_stream(&mut tap, StreamSite::ResidMid, h, frame);
                 match &self.mlp {
                     Some(mlp) => {
-                        let m = mlp.forward(h.clone());
+                        let m = mlp.forward(h.clone(), ctx.compute);
                         let m = tap_stream(&mut tap, StreamSite::MlpOut, m, frame);
                         norm_or_id(&self.norm2, h + m)
                     }
@@ -218,7 +220,12 @@ impl Block {
                         Some(n2) => n2.forward(h),
                         None => u,
                     };
-                    let m = tap_stream(&mut tap, StreamSite::MlpOut, mlp.forward(u), frame);
+                    let m = tap_stream(
+                        &mut tap,
+                        StreamSite::MlpOut,
+                        mlp.forward(u, ctx.compute),
+                        frame,
+                    );
                     terms.push((m, &self.beta_ff, gb_ff));
                 }
                 mix(terms)

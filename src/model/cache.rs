@@ -170,6 +170,7 @@ impl Lm {
             &device,
         );
         ctx.keep = policy.window.map(|w| (n_sink + policy.sinks, w));
+        ctx.compute = self.compute;
         h = self.walk(h, &ctx, 0..self.blocks.len(), None, Some(&mut cache.layers));
         cache.real = kept;
         cache.started = true;

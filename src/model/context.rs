@@ -5,6 +5,7 @@
 //! halves (NeoX/HF) of the first `rope_dims(d_h, fraction)` dimensions; ALiBi uses
 //! `−m_h |i − j|`; T5 buckets are bidirectional, one table shared by all layers.
 
+use super::layers::Compute;
 use crate::config::{
     AttentionKernel, ModelConfig, PositionsConfig, RopePairing, ShapingConfig, rope_dims,
 };
@@ -137,6 +138,8 @@ pub struct Ctx {
     pub keep: Option<(usize, usize)>,
     /// Identity I and uniform attention C over the visible keys, (1, 1, Q, S): shaping only.
     pub(crate) shaping: Option<(Tensor<4>, Tensor<4>)>,
+    /// The dtype of the forward's matrix products (mixed precision); None: f32.
+    pub(crate) compute: Compute,
 }
 
 impl Ctx {
@@ -264,6 +267,7 @@ impl Ctx {
             q_start,
             keep: None,
             shaping,
+            compute: None,
         }
     }
 }

@@ -1,11 +1,11 @@
 //! Building blocks shared by the model's parts: the seeded host RNG and the two init streams,
-//! linear layers (plain or reparameterised, docs/reference.md §3.1), RMSNorm / LayerNorm, and
-//! scalar gains.
+//! linear layers (plain or reparameterised, docs/reference.md §3.1), RMSNorm / LayerNorm,
+//! scalar gains, and the dtype of matrix products under mixed precision ([`Compute`]).
 
-use crate::config::{Gain, NormConfig, WInit};
+use crate::config::{Gain, NormConfig, Precision, WInit};
 use burn::module::{Module, Param};
 use burn::tensor::module::linear;
-use burn::tensor::{Device, Tensor, TensorData};
+use burn::tensor::{Device, FloatDType, Tensor, TensorData};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
@@ -181,6 +181,43 @@ impl Linear {
     }
     pub fn forward<const D: usize>(&self, x: Tensor<D>) -> Tensor<D> {
         linear(x, self.matrix(), self.bias.as_ref().map(|b| b.val()))
+    }
+    /// [`Linear::forward`] with the product in the `compute` dtype (mixed precision): input,
+    /// matrix and bias cast down, the result cast back to f32.
+    pub fn forward_in<const D: usize>(&self, x: Tensor<D>, compute: Compute) -> Tensor<D> {
+        match compute {
+            None => self.forward(x),
+            Some(dt) => linear(
+                x.cast(dt),
+                self.matrix().cast(dt),
+                self.bias.as_ref().map(|b| b.val().cast(dt)),
+            )
+            .cast(FloatDType::F32),
+        }
+    }
+}
+
+/// The dtype the matrix products of a forward run in: `None` for f32, or bf16 / f16 (mixed
+/// precision, `train.precision`): the two operands are cast down, the product is cast back to
+/// f32, and everything between products (norms, softmax, activations, the residual stream, the
+/// loss) stays f32 — PyTorch autocast's split for matrix products. Burn's cast is
+/// differentiable: the gradient reaches the f32 operands as f32.
+pub type Compute = Option<FloatDType>;
+
+/// The [`Compute`] dtype of a precision.
+pub fn compute_dtype(p: Precision) -> Compute {
+    match p {
+        Precision::F32 => None,
+        Precision::Bf16 => Some(FloatDType::BF16),
+        Precision::F16 => Some(FloatDType::F16),
+    }
+}
+
+/// `a · b` (batched over leading dimensions) in the `compute` dtype, returned in f32.
+pub(crate) fn matmul_in<const D: usize>(a: Tensor<D>, b: Tensor<D>, compute: Compute) -> Tensor<D> {
+    match compute {
+        None => a.matmul(b),
+        Some(dt) => a.cast(dt).matmul(b.cast(dt)).cast(FloatDType::F32),
     }
 }
 

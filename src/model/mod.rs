@@ -39,7 +39,7 @@ pub use block::Block;
 pub use cache::{CachePolicy, KvCache};
 pub use context::Ctx;
 pub use hooks::{Chain, Edit, Frame, HeadSite, HookPoint, HookSet, Hooks, Site, StreamSite};
-pub use layers::{HostRng, Init, Linear, Norm, identity, orthogonal};
+pub use layers::{Compute, HostRng, Init, Linear, Norm, compute_dtype, identity, orthogonal};
 pub use probe::{LayerProbe, ProbeRecorder, StreamFilter};
 
 use crate::config::{BlockConfig, HeadKind, ModelConfig, PositionsConfig};
@@ -73,6 +73,10 @@ pub struct Lm {
     pub tables: PositionTables,
     #[module(skip)]
     pub cfg: ModelConfig,
+    /// The dtype of the matrix products of every forward (mixed precision, [`Lm::with_precision`]);
+    /// None: f32.
+    #[module(skip)]
+    pub compute: Compute,
 }
 
 impl Lm {
@@ -146,7 +150,16 @@ impl Lm {
             head,
             tables: PositionTables::new(cfg, cfg.ctx, device),
             cfg: cfg.clone(),
+            compute: None,
         }
+    }
+
+    /// This model with its forwards' matrix products in `p` (mixed precision: the parameters
+    /// stay f32 and are cast at each product, so gradients reach them as f32; see
+    /// [`layers::Compute`]).
+    pub fn with_precision(mut self, p: crate::config::Precision) -> Self {
+        self.compute = layers::compute_dtype(p);
+        self
     }
 
     /// The block-0 input (B, N+T, d) (embedding, absolute positions, sink tokens, input norm)
@@ -172,13 +185,15 @@ impl Lm {
     }
 
     fn context(&self, t: usize, device: &Device) -> Ctx {
-        Ctx::new(
+        let mut ctx = Ctx::new(
             &self.cfg,
             &self.tables,
             self.rel_bias.as_ref().map(|p| p.val()),
             t,
             device,
-        )
+        );
+        ctx.compute = self.compute;
+        ctx
     }
 
     /// The one walk over the blocks: the residual stream `h` (B, S, d) entering block
@@ -320,9 +335,11 @@ impl Lm {
             Some(n) => n.forward(h),
             None => h,
         };
-        match &self.head {
-            Some(head) => head.forward(h),
-            None => linear(h, self.embed.val().transpose(), None), // tied: h Eᵀ
+        match (&self.head, self.compute) {
+            (Some(head), c) => head.forward_in(h, c),
+            (None, None) => linear(h, self.embed.val().transpose(), None), // tied: h Eᵀ
+            (None, Some(dt)) => linear(h.cast(dt), self.embed.val().transpose().cast(dt), None)
+                .cast(burn::tensor::FloatDType::F32),
         }
     }
 

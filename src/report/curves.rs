@@ -63,8 +63,9 @@ fn chart(path: &Path, title: &str, y: &str, series: &[Series], y_scale: Scale) -
     Ok(true)
 }
 
-/// Write a run's charts into `RUN/plots/` and return the Markdown that links them.
-pub fn run_curves(run_dir: &Path) -> Result<String> {
+/// Write a run's charts into `out` (usually `RUN/plots/`) and return the Markdown that links
+/// them.
+pub fn run_curves(run_dir: &Path, out: &Path) -> Result<String> {
     let records: Records = read_metrics(&run_dir.join("metrics.jsonl"));
     if records.is_empty() {
         bail!(
@@ -72,7 +73,7 @@ pub fn run_curves(run_dir: &Path) -> Result<String> {
             run_dir.display()
         );
     }
-    let dir = run_dir.join("plots");
+    let dir = out.to_path_buf();
     let name = run_dir
         .file_name()
         .map_or(String::new(), |n| n.to_string_lossy().into_owned());

@@ -216,10 +216,11 @@ impl Setting {
     }
 }
 
-/// Build the report of a sweep directory: `report.md`, `report.csv`, `report.json` and the
-/// plots; returns the Markdown.
-pub fn report(dir: &Path, eps: f64, threshold: f64) -> Result<String> {
+/// Build the report of the sweep directory `dir` in `out` (usually `dir` itself): `report.md`,
+/// `report.csv`, `report.json` and the plots; returns the Markdown.
+pub fn report(dir: &Path, out: &Path, eps: f64, threshold: f64) -> Result<String> {
     let plan = sweep::read_plan(dir)?;
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     let eps_s = crate::metrics::eps_name(eps);
     let settings = collect_settings(&plan, &eps_s, threshold);
     check_eps_recorded(&plan, &settings, eps, &eps_s, dir)?;
@@ -247,12 +248,12 @@ pub fn report(dir: &Path, eps: f64, threshold: f64) -> Result<String> {
         uniform.into_iter().collect::<Vec<_>>().join(", ")
     };
     let (mut md, csv) = tables(&plan, &settings, &axes, &eps_s, threshold, &uniform)?;
-    plots(dir, &plan, &settings, &axes, &eps_s, threshold, &mut md)?;
-    std::fs::write(dir.join("report.md"), &md)
-        .with_context(|| format!("writing {}", dir.join("report.md").display()))?;
-    std::fs::write(dir.join("report.csv"), &csv)?;
+    plots(out, &plan, &settings, &axes, &eps_s, threshold, &mut md)?;
+    std::fs::write(out.join("report.md"), &md)
+        .with_context(|| format!("writing {}", out.join("report.md").display()))?;
+    std::fs::write(out.join("report.csv"), &csv)?;
     std::fs::write(
-        dir.join("report.json"),
+        out.join("report.json"),
         serde_json::to_string_pretty(&settings)?,
     )?;
     Ok(md)

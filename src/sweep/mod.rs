@@ -490,6 +490,7 @@ fn run_child(
     plan: &Plan,
     run: &RunPlan,
     threads: usize,
+    skip_memory_check: bool,
     children: &Mutex<Vec<u32>>,
 ) -> Result<RunStatus> {
     let log_path = plan.dir.join("logs").join(format!("{}.log", run.name));
@@ -538,6 +539,7 @@ fn run_child(
     cmd.arg("train")
         .arg(plan.dir.join("plans").join(format!("{}.toml", run.name)))
         .arg("--resume")
+        .args(skip_memory_check.then_some(crate::memory::SKIP_FLAG))
         .env("RAYON_NUM_THREADS", threads.to_string())
         .stdin(std::process::Stdio::null())
         .stdout(log.try_clone()?)
@@ -599,27 +601,34 @@ fn run_child(
     Ok(s)
 }
 
-/// Run (or continue) a sweep with `jobs` runs at a time; `only` restricts it to one run index
-/// (a SLURM array task).
-pub fn run(
-    plan: &Plan,
-    exps: &[Experiment],
-    jobs: usize,
-    only: Option<usize>,
-    log: &(dyn Fn(&str) + Sync),
-) -> Result<SweepOutcome> {
-    write_plan(plan, exps)?;
-    hparams::write_experiment(plan)?;
-    let exe = std::env::current_exe().context("locating the sinklab binary")?;
-    // A SLURM task uses the CPUs it was given (--cpus-per-task): a cluster that does not bind
-    // tasks to CPUs leaves the whole node visible.
+/// CPU threads each run gets when `jobs` run at a time: the cores over `jobs`. A SLURM task
+/// uses the CPUs it was given (--cpus-per-task): a cluster that does not bind tasks to CPUs
+/// leaves the whole node visible.
+pub fn threads_per_run(jobs: usize) -> usize {
     let cores = std::env::var("SLURM_CPUS_PER_TASK")
         .ok()
         .and_then(|v| v.parse::<usize>().ok())
         .filter(|&n| n > 0)
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    (cores / jobs.max(1)).max(1)
+}
+
+/// Run (or continue) a sweep with `jobs` runs at a time; `only` restricts it to one run index
+/// (a SLURM array task). `skip_memory_check` is passed on to every run
+/// ([`crate::memory::SKIP_FLAG`]).
+pub fn run(
+    plan: &Plan,
+    exps: &[Experiment],
+    jobs: usize,
+    only: Option<usize>,
+    skip_memory_check: bool,
+    log: &(dyn Fn(&str) + Sync),
+) -> Result<SweepOutcome> {
+    write_plan(plan, exps)?;
+    hparams::write_experiment(plan)?;
+    let exe = std::env::current_exe().context("locating the sinklab binary")?;
     let jobs = jobs.max(1);
-    let threads = (cores / jobs).max(1);
+    let threads = threads_per_run(jobs);
     let mut queue: Vec<usize> = match only {
         Some(i) if i >= plan.runs.len() => {
             bail!("--index {i}: the sweep has runs 0..{}", plan.runs.len())
@@ -668,7 +677,7 @@ pub fn run(
                     };
                     let run = &plan.runs[i];
                     bar.println(&format!("start {}", run.name));
-                    let res = run_child(&exe, plan, run, threads, &children);
+                    let res = run_child(&exe, plan, run, threads, skip_memory_check, &children);
                     let mut o = outcome.lock().expect("outcome");
                     match res {
                         Ok(s) if s.state == "done" => {

@@ -73,11 +73,31 @@ fn ablations_match_the_numpy_reference_on_every_variant() {
         let runs = [
             ("z_zero", AblationKind::Zero, Unit::Head { layer, head }),
             ("z_mean", AblationKind::Mean, Unit::Head { layer, head }),
-            ("z_resample", AblationKind::Resample, Unit::Head { layer, head }),
-            ("pattern_move-to-first", AblationKind::MoveToFirst, Unit::Head { layer, head }),
-            ("kv_zero", AblationKind::Zero, Unit::KvGroup { layer, group: 0 }),
-            ("kv_mean", AblationKind::Mean, Unit::KvGroup { layer, group: 0 }),
-            ("kv_resample", AblationKind::Resample, Unit::KvGroup { layer, group: 0 }),
+            (
+                "z_resample",
+                AblationKind::Resample,
+                Unit::Head { layer, head },
+            ),
+            (
+                "pattern_move-to-first",
+                AblationKind::MoveToFirst,
+                Unit::Head { layer, head },
+            ),
+            (
+                "kv_zero",
+                AblationKind::Zero,
+                Unit::KvGroup { layer, group: 0 },
+            ),
+            (
+                "kv_mean",
+                AblationKind::Mean,
+                Unit::KvGroup { layer, group: 0 },
+            ),
+            (
+                "kv_resample",
+                AblationKind::Resample,
+                Unit::KvGroup { layer, group: 0 },
+            ),
         ];
         for (key, kind, unit) in runs {
             let got = ablated_logits(&p, kind, &[vec![unit]]);
@@ -89,7 +109,10 @@ fn ablations_match_the_numpy_reference_on_every_variant() {
         let both = ablated_logits(
             &p,
             AblationKind::Zero,
-            &[vec![Unit::Head { layer, head }], vec![Unit::KvGroup { layer, group: 0 }]],
+            &[
+                vec![Unit::Head { layer, head }],
+                vec![Unit::KvGroup { layer, group: 0 }],
+            ],
         );
         let half = both.len() / 2;
         assert_close(&both[..half], &floats(&w["z_zero"]), 1e-4, 1e-4, name);
@@ -115,7 +138,11 @@ fn zero_ablating_z_is_zeroing_the_heads_rows_of_w_o() {
         let (tok, shape) = int_rows(&case["tokens"]);
         let b = batch_of(&tok, shape);
         let p = Prepared::new(&m, &b, &[], loss_scoring(&b), &dev).unwrap();
-        let ablated = ablated_logits(&p, AblationKind::Zero, &[vec![Unit::Head { layer: 1, head }]]);
+        let ablated = ablated_logits(
+            &p,
+            AblationKind::Zero,
+            &[vec![Unit::Head { layer: 1, head }]],
+        );
         let wo = weights.get_mut(key).unwrap();
         for r in head * dh..(head + 1) * dh {
             wo.data[r * d..(r + 1) * d].fill(0.0);
@@ -124,9 +151,17 @@ fn zero_ablating_z_is_zeroing_the_heads_rows_of_w_o() {
         let x = Tensor::<2, Int>::from_data(TensorData::new(tok.clone(), shape), &dev);
         let zeroed = common::tensor_values(m2.forward(x.clone()));
         let plain = common::tensor_values(m.forward(x));
-        let diff = |a: &[f32], b: &[f32]| a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
-        assert!(diff(&ablated, &zeroed) <= 1e-6, "{name}: {}", diff(&ablated, &zeroed));
-        assert!(diff(&ablated, &plain) > 1e-4, "{name}: the ablation changed nothing");
+        let diff =
+            |a: &[f32], b: &[f32]| a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+        assert!(
+            diff(&ablated, &zeroed) <= 1e-6,
+            "{name}: {}",
+            diff(&ablated, &zeroed)
+        );
+        assert!(
+            diff(&ablated, &plain) > 1e-4,
+            "{name}: the ablation changed nothing"
+        );
         checked += 1;
     }
     assert!(checked >= 50, "{checked} variants with a dense W_O");
@@ -164,7 +199,14 @@ fn move_to_first_on_a_head_already_on_the_first_token_changes_nothing() {
     let m = sinklab::optim::import_params(m, &w).unwrap();
     let tok: Vec<i64> = vec![0, 3, 1, 4, 1, 5, 0, 2, 2, 5, 3, 1];
     let b = batch_of(&tok, [2, 6]);
-    let p = Prepared::new(&m, &b, &[Site::Head(HeadSite::Pattern)], loss_scoring(&b), &dev).unwrap();
+    let p = Prepared::new(
+        &m,
+        &b,
+        &[Site::Head(HeadSite::Pattern)],
+        loss_scoring(&b),
+        &dev,
+    )
+    .unwrap();
     let pattern = common::tensor_values(p.heads(0, HeadSite::Pattern).unwrap());
     for bh in [0, 2] {
         // batch 0 and 1, head 0: every row is exactly (1, 0, …)
@@ -174,12 +216,23 @@ fn move_to_first_on_a_head_already_on_the_first_token_changes_nothing() {
             assert!(row[1..].iter().all(|&x| x == 0.0));
         }
     }
-    let moved = ablated_logits(&p, AblationKind::MoveToFirst, &[vec![Unit::Head { layer: 0, head: 0 }]]);
+    let moved = ablated_logits(
+        &p,
+        AblationKind::MoveToFirst,
+        &[vec![Unit::Head { layer: 0, head: 0 }]],
+    );
     let x = Tensor::<2, Int>::from_data(TensorData::new(tok, [2, 6]), &dev);
     let plain = common::tensor_values(m.forward(x));
     assert_eq!(moved, plain, "move-to-first on a head with α₁ = 1");
-    let other = ablated_logits(&p, AblationKind::MoveToFirst, &[vec![Unit::Head { layer: 0, head: 1 }]]);
-    assert_ne!(other, plain, "move-to-first on the other head does change the logits");
+    let other = ablated_logits(
+        &p,
+        AblationKind::MoveToFirst,
+        &[vec![Unit::Head { layer: 0, head: 1 }]],
+    );
+    assert_ne!(
+        other, plain,
+        "move-to-first on the other head does change the logits"
+    );
 }
 
 /// The repeat task's clean and corrupted prompts on a zoo model: clean [0, A, A[..n−1]]
@@ -190,7 +243,9 @@ fn patch_prompts(vocab: u32, t: usize) -> (Batch, Batch, Vec<(u32, u32)>) {
     let mut corrupt = Vec::new();
     let mut answers = Vec::new();
     for s in 0..2u32 {
-        let a: Vec<u32> = (0..n as u32).map(|i| 1 + (i * 3 + s * 5) % (vocab - 2)).collect();
+        let a: Vec<u32> = (0..n as u32)
+            .map(|i| 1 + (i * 3 + s * 5) % (vocab - 2))
+            .collect();
         let wrong = 1 + (a[n - 1] + 1) % (vocab - 1);
         let mut c = vec![0];
         c.extend(&a);
@@ -210,10 +265,22 @@ fn patch_prompts(vocab: u32, t: usize) -> (Batch, Batch, Vec<(u32, u32)>) {
 fn clean_patches_give_one_corrupt_patches_zero_and_kv_patches_stay_in_their_group() {
     let zoo = common::golden("zoo_golden.json");
     let dev = common::device();
-    let all_sites: Vec<Site> = Site::ALL.into_iter().filter(|s| *s != Site::Head(HeadSite::Gate)).collect();
+    let all_sites: Vec<Site> = Site::ALL
+        .into_iter()
+        .filter(|s| *s != Site::Head(HeadSite::Gate))
+        .collect();
     for case in zoo["cases"].as_array().unwrap() {
         let name = case["name"].as_str().unwrap();
-        if !["baseline", "gqa_kv1", "gqa_kv2_qkv_bias", "slot_kv_bias", "sink_tokens_2_rope", "block_parallel"].contains(&name) {
+        if ![
+            "baseline",
+            "gqa_kv1",
+            "gqa_kv2_qkv_bias",
+            "slot_kv_bias",
+            "sink_tokens_2_rope",
+            "block_parallel",
+        ]
+        .contains(&name)
+        {
             continue;
         }
         let (m, exp) = common::zoo::model(case, &dev);
@@ -232,7 +299,10 @@ fn clean_patches_give_one_corrupt_patches_zero_and_kv_patches_stay_in_their_grou
         let c = Prepared::new(&m, &clean, &sites, scoring(&clean), &dev).unwrap();
         let k = Prepared::new(&m, &corrupt, &sites, scoring(&corrupt), &dev).unwrap();
         let (ld_clean, ld_corr) = (c.metric(), k.metric());
-        assert!((ld_clean - ld_corr).abs() > 1e-4, "{name}: the prompts do not differ");
+        assert!(
+            (ld_clean - ld_corr).abs() > 1e-4,
+            "{name}: the prompts do not differ"
+        );
         let mut patches = Vec::new();
         for layer in 0..exp.model.n_layers {
             for &site in &sites {
@@ -241,11 +311,19 @@ fn clean_patches_give_one_corrupt_patches_zero_and_kv_patches_stay_in_their_grou
                     Site::Head(_) => exp.model.n_heads,
                     Site::Stream(_) => 0,
                 };
-                let idx: Vec<Option<usize>> =
-                    if heads == 0 { vec![None] } else { (0..heads).map(Some).collect() };
+                let idx: Vec<Option<usize>> = if heads == 0 {
+                    vec![None]
+                } else {
+                    (0..heads).map(Some).collect()
+                };
                 for index in idx {
                     for position in [None, Some(exp.model.ctx - 1), Some(2)] {
-                        patches.push(PatchSpec { layer, site, index, position });
+                        patches.push(PatchSpec {
+                            layer,
+                            site,
+                            index,
+                            position,
+                        });
                     }
                 }
             }
@@ -254,7 +332,10 @@ fn clean_patches_give_one_corrupt_patches_zero_and_kv_patches_stay_in_their_grou
         let cc = patch_each(&c, &c, &patches, &mut |_| {}).unwrap();
         for (s, v) in patches.iter().zip(&cc) {
             let x = normalise(*v, ld_corr, ld_clean);
-            assert!((x - 1.0).abs() < 1e-5, "{name}: clean→clean {s:?} gives {x}");
+            assert!(
+                (x - 1.0).abs() < 1e-5,
+                "{name}: clean→clean {s:?} gives {x}"
+            );
         }
         let kk = patch_each(&k, &k, &patches, &mut |_| {}).unwrap();
         for (s, v) in patches.iter().zip(&kk) {
@@ -262,14 +343,27 @@ fn clean_patches_give_one_corrupt_patches_zero_and_kv_patches_stay_in_their_grou
             assert!(x.abs() < 1e-5, "{name}: corrupt→corrupt {s:?} gives {x}");
         }
         // denoising everything at resid_pre of layer 0 restores the clean run: 1
-        let all = PatchSpec { layer: 0, site: Site::Stream(StreamSite::ResidPre), index: None, position: None };
+        let all = PatchSpec {
+            layer: 0,
+            site: Site::Stream(StreamSite::ResidPre),
+            index: None,
+            position: None,
+        };
         let v = patch_each(&k, &c, &[all], &mut |_| {}).unwrap()[0];
-        assert!((normalise(v, ld_corr, ld_clean) - 1.0).abs() < 1e-4, "{name}: full denoise");
+        assert!(
+            (normalise(v, ld_corr, ld_clean) - 1.0).abs() < 1e-4,
+            "{name}: full denoise"
+        );
         // a key/value group's patch changes z only in the query heads that read the group
         let (h, kv) = (exp.model.n_heads, exp.model.kv_heads());
         for site in [HeadSite::K, HeadSite::V] {
             for g in 0..kv {
-                let spec = PatchSpec { layer: 1, site: Site::Head(site), index: Some(g), position: None };
+                let spec = PatchSpec {
+                    layer: 1,
+                    site: Site::Head(site),
+                    index: Some(g),
+                    position: None,
+                };
                 let (start, hooks) = patch_hooks(&c, &k, &[spec]).unwrap();
                 let mut hooks = hooks.record(1, Site::Head(HeadSite::Z));
                 c.walk_copies(start, 1, &mut hooks);
@@ -298,7 +392,14 @@ fn ablations_on_smollm2_match_the_numpy_reference() {
     let run = dir.path().join("smol");
     let (code, out) = common::sinklab_output(
         None,
-        &["import", gguf.to_str().unwrap(), "--out", run.to_str().unwrap(), "--ctx", "64"],
+        &[
+            "import",
+            gguf.to_str().unwrap(),
+            "--out",
+            run.to_str().unwrap(),
+            "--ctx",
+            "64",
+        ],
     );
     assert_eq!(code, 0, "{out}");
     let tokens: Vec<Vec<u32>> = vec![
@@ -329,11 +430,16 @@ fn ablations_on_smollm2_match_the_numpy_reference() {
     let p = Prepared::new(m, &b, &SITES, loss_scoring(&b), &dev_of(&opened)).unwrap();
     let v = m.embed.dims()[0];
     let last = |logits: Vec<f32>| -> Vec<f32> {
-        (0..2).flat_map(|s| logits[(s * 9 + 8) * v..(s * 9 + 9) * v].to_vec()).collect()
+        (0..2)
+            .flat_map(|s| logits[(s * 9 + 8) * v..(s * 9 + 9) * v].to_vec())
+            .collect()
     };
     let mut checked = 0;
     for r in want["runs"].as_array().unwrap() {
-        let (layer, index) = (r["layer"].as_u64().unwrap() as usize, r["index"].as_u64().unwrap() as usize);
+        let (layer, index) = (
+            r["layer"].as_u64().unwrap() as usize,
+            r["index"].as_u64().unwrap() as usize,
+        );
         let kind = match r["kind"].as_str().unwrap() {
             "zero" => AblationKind::Zero,
             "mean" => AblationKind::Mean,
@@ -341,14 +447,28 @@ fn ablations_on_smollm2_match_the_numpy_reference() {
             _ => AblationKind::MoveToFirst,
         };
         let unit = if r["site"] == "kv" {
-            Unit::KvGroup { layer, group: index }
+            Unit::KvGroup {
+                layer,
+                group: index,
+            }
         } else {
             Unit::Head { layer, head: index }
         };
         let got = last(ablated_logits(&p, kind, &[vec![unit]]));
-        let expect: Vec<f64> = r["last"].as_array().unwrap().iter().flat_map(|x| x.as_array().unwrap().iter().map(|y| y.as_f64().unwrap())).collect();
+        let expect: Vec<f64> = r["last"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|x| x.as_array().unwrap().iter().map(|y| y.as_f64().unwrap()))
+            .collect();
         let scale = expect.iter().fold(0f64, |a, x| a.max(x.abs()));
-        assert_close(&got, &expect, 1e-4, 1e-4 * scale, &format!("SmolLM2 {r:?}", r = (&r["site"], &r["kind"], layer, index)));
+        assert_close(
+            &got,
+            &expect,
+            1e-4,
+            1e-4 * scale,
+            &format!("SmolLM2 {r:?}", r = (&r["site"], &r["kind"], layer, index)),
+        );
         checked += 1;
     }
     assert_eq!(checked, heads.len() * 4 + groups.len() * 3);

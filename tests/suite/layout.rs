@@ -11,7 +11,7 @@ const MAX_LINES: usize = 800;
 
 /// The layers of `src/`, bottom first (README.md "Architecture", src/lib.rs): a module may use
 /// only modules before it.
-const ORDER: [&str; 28] = [
+const ORDER: [&str; 29] = [
     "spa",
     "lock",
     "checkpoint",
@@ -24,6 +24,7 @@ const ORDER: [&str; 28] = [
     "metrics",
     "heads",
     "backend",
+    "memory",
     "data",
     "optim",
     "model",

@@ -136,10 +136,28 @@ fn a_second_trainer_stops_at_once_naming_the_first_and_the_run_stays_exact() {
     assert_eq!(code, lock::EXIT_BUSY, "{out}");
     let (code, out) = sinklab_output(Some(dir.path()), &["report", run.to_str().unwrap()]);
     assert_eq!(code, lock::EXIT_BUSY, "{out}");
+    assert!(out.contains("--out DIR"), "{out}");
     assert!(
         !run.join("plots").exists(),
         "the refused report wrote plots"
     );
+    // ...while a report written elsewhere only reads the run
+    wait_for("the first records", || {
+        std::fs::metadata(run.join("metrics.jsonl")).is_ok_and(|m| m.len() > 0)
+    });
+    let elsewhere = dir.path().join("report_elsewhere");
+    let (code, out) = sinklab_output(
+        Some(dir.path()),
+        &[
+            "report",
+            run.to_str().unwrap(),
+            "--out",
+            elsewhere.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 0, "{out}");
+    assert!(elsewhere.join("loss.png").exists(), "{out}");
+    assert!(!run.join("plots").exists());
     let (code, out) = finish(first);
     assert_eq!(code, 0, "{out}");
     assert!(!lock::is_held(&run), "the lock outlived its holder");

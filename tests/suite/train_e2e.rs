@@ -6,6 +6,7 @@ use crate::common;
 
 use common::*;
 use sha2::Digest;
+use sinklab::config::Precision::F32;
 use sinklab::tokenizer::BYTE_VOCAB;
 use sinklab::train;
 
@@ -360,10 +361,10 @@ fn data_parallel_gradients_do_not_depend_on_the_worker_count() {
             .map(|(k, v)| (k.clone(), v.to_data().try_to_vec::<f32>().unwrap()))
             .collect()
     };
-    let (g1, l1) = train::gradients(&model, &micro, &device, &Workers::new(4, 1));
+    let (g1, l1) = train::gradients(&model, &micro, &device, &Workers::new(4, 1), F32, 1.0);
     assert_eq!(host(&g1).len(), 2 * 9 + 3, "every parameter has a gradient");
     for threads in [2, 3, 4] {
-        let (g, l) = train::gradients(&model, &micro, &device, &Workers::new(4, threads));
+        let (g, l) = train::gradients(&model, &micro, &device, &Workers::new(4, threads), F32, 1.0);
         assert_eq!(l.to_bits(), l1.to_bits(), "loss with {threads} threads");
         assert_eq!(host(&g), host(&g1), "gradients with {threads} threads");
     }
@@ -376,7 +377,7 @@ fn data_parallel_gradients_do_not_depend_on_the_worker_count() {
         loss_mask: micro.iter().flat_map(|m| m.loss_mask.clone()).collect(),
         domains: vec![0; 4 * b],
     };
-    let (gw, lw) = train::gradients(&model, &[whole], &device, &Workers::new(1, 1));
+    let (gw, lw) = train::gradients(&model, &[whole], &device, &Workers::new(1, 1), F32, 1.0);
     assert!((lw - l1).abs() < 1e-5 * lw, "loss {lw} vs {l1}");
     assert!(
         (5.0..6.0).contains(&lw),
@@ -405,10 +406,10 @@ fn gradients_over_several_devices_equal_one_worker() {
     let batches: Vec<_> = (0..4)
         .map(|i| sinklab::data::validation_batch(&data, 2 + i, 16, true).unwrap())
         .collect();
-    let (one, l1) = train::gradients(&model, &batches, &dev, &Workers::new(1, 1));
+    let (one, l1) = train::gradients(&model, &batches, &dev, &Workers::new(1, 1), F32, 1.0);
     let devices = Workers::for_devices(vec![dev.clone(), dev.clone()]);
     assert!(devices.device_of(3).is_some());
-    let (two, l2) = train::gradients(&model, &batches, &dev, &devices);
+    let (two, l2) = train::gradients(&model, &batches, &dev, &devices, F32, 1.0);
     assert!((l1 - l2).abs() < 1e-9 * l1.abs(), "{l1} vs {l2}");
     assert_eq!(one.grads.len(), two.grads.len());
     for (name, g) in &one.grads {
