@@ -119,6 +119,9 @@ fn check_units(p: &Prepared, ab: &Ablation, sets: &[Vec<Unit>]) -> Result<()> {
     Ok(())
 }
 
+/// (set i, head or group j): unit j of layer l is in set i.
+type SetIndex = (usize, usize);
+
 /// The edits that ablate set i of `sets` in copy i of `p`'s batch, and the layer the walk
 /// restarts at (None when no set has a unit).
 pub fn hooks_for(
@@ -135,7 +138,7 @@ pub fn hooks_for(
     let device = p.resid[0].device();
     let k = sets.len();
     let rows = k * b;
-    let mut layers: BTreeMap<usize, (Vec<(usize, usize)>, Vec<(usize, usize)>)> = BTreeMap::new();
+    let mut layers: BTreeMap<usize, (Vec<SetIndex>, Vec<SetIndex>)> = BTreeMap::new();
     for (i, set) in sets.iter().enumerate() {
         for u in set {
             let e = layers.entry(u.layer()).or_default();
