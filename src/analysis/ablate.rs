@@ -85,9 +85,10 @@ pub struct Named {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DormancyGroup {
     pub heads: usize,
-    pub mean_delta: f64,
-    pub median_delta: f64,
-    pub max_delta: f64,
+    /// None for an empty group.
+    pub mean_delta: Option<f64>,
+    pub median_delta: Option<f64>,
+    pub max_delta: Option<f64>,
 }
 
 /// Each head's dormancy on the task batch and the scan split by it.
@@ -101,8 +102,9 @@ pub struct Dormancy {
     pub thresholds: Thresholds,
     pub dormant: DormancyGroup,
     pub active: DormancyGroup,
-    /// Spearman rank correlation of the sink share with Δ over every head.
-    pub spearman_sink_share_delta: f64,
+    /// Spearman rank correlation of the sink share with Δ over every head (None when either
+    /// is constant).
+    pub spearman_sink_share_delta: Option<f64>,
 }
 
 /// What `sinklab ablate` found (`ablate.json`).
@@ -139,17 +141,9 @@ fn stats(v: &[f64]) -> DormancyGroup {
     s.sort_by(f64::total_cmp);
     DormancyGroup {
         heads: v.len(),
-        mean_delta: if v.is_empty() {
-            f64::NAN
-        } else {
-            v.iter().sum::<f64>() / v.len() as f64
-        },
-        median_delta: if s.is_empty() {
-            f64::NAN
-        } else {
-            crate::metrics::median(s.clone())
-        },
-        max_delta: s.last().copied().unwrap_or(f64::NAN),
+        mean_delta: (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64),
+        median_delta: (!s.is_empty()).then(|| crate::metrics::median(s.clone())),
+        max_delta: s.last().copied(),
     }
 }
 
@@ -360,7 +354,8 @@ pub fn ablate(run: &OpenRun, o: &AblateOptions, log: &mut dyn FnMut(&str)) -> Re
             let flat_share: Vec<f64> = share.iter().flatten().copied().collect();
             let flat_delta: Vec<f64> = delta.iter().flatten().copied().collect();
             Some(Dormancy {
-                spearman_sink_share_delta: spearman(&flat_share, &flat_delta),
+                spearman_sink_share_delta: Some(spearman(&flat_share, &flat_delta))
+                    .filter(|r| r.is_finite()),
                 sink_share: share,
                 ahon_ln: ahon,
                 thresholds: th,

@@ -66,6 +66,9 @@ pub fn run(a: Args) -> Result<()> {
         _ => Metric::LogitDiff,
     };
     let units = parse_units(&a.heads)?;
+    if a.controls == 0 && matches!(units, crate::analysis::ablate::Units::Named { .. }) {
+        bail!("--controls 0: a named set is compared with at least one matched-random set");
+    }
     if a.mean_from != "batch" && kind != AblationKind::Mean {
         bail!("--mean-from names the reference set of --kind mean");
     }
@@ -176,18 +179,21 @@ fn print(r: &AblateReport, dir: &std::path::Path) {
         }
     }
     if let Some(d) = &r.dormancy {
+        let group = |g: &crate::analysis::ablate::DormancyGroup| match (g.mean_delta, g.max_delta) {
+            (Some(mean), Some(max)) => {
+                format!("{} heads, mean Δ {mean:+.4}, max {max:+.4}", g.heads)
+            }
+            _ => "no heads".to_string(),
+        };
+        let rho = d
+            .spearman_sink_share_delta
+            .map_or("undefined (a constant)".to_string(), |r| format!("{r:+.2}"));
         println!(
-            "  dormant heads (sink share ≥ {}, AHON-LN ≤ {}): {} heads, mean Δ {:+.4}, max {:+.4}; \
-             active: {} heads, mean Δ {:+.4}, max {:+.4}; Spearman(sink share, Δ) {:+.2}",
+            "  dormant heads (sink share ≥ {}, AHON-LN ≤ {}): {}; active: {}; Spearman(sink share, Δ) {rho}",
             d.thresholds.dormant_sink_share,
             d.thresholds.low_output_ahon_ln,
-            d.dormant.heads,
-            d.dormant.mean_delta,
-            d.dormant.max_delta,
-            d.active.heads,
-            d.active.mean_delta,
-            d.active.max_delta,
-            d.spearman_sink_share_delta
+            group(&d.dormant),
+            group(&d.active),
         );
     }
     if let Some(n) = &r.named {
@@ -201,7 +207,7 @@ fn print(r: &AblateReport, dir: &std::path::Path) {
                 .map_or(String::new(), |b| format!(" (bigram {b:+.4})")),
             c.len(),
             crate::metrics::median(c.clone()),
-            c.last().copied().unwrap_or(f64::NAN),
+            c.last().copied().expect("at least one control"),
             n.percentile
         );
     }

@@ -279,8 +279,9 @@ pub fn matched_random(
                 .collect();
             if pool.len() < units.len() {
                 bail!(
-                    "no matched-random control: layer {layer} has {} other units for the {} named there",
+                    "no matched-random control: layer {layer} has only {} other {} for the {} named there",
                     pool.len(),
+                    if pool.len() == 1 { "unit" } else { "units" },
                     units.len()
                 );
             }
@@ -327,8 +328,12 @@ mod tests {
             "every other head of layers 1 and 4 gets drawn"
         );
         assert_eq!(sets, matched_random(&named, 6, 50, 3).unwrap());
-        let e = matched_random(&named, 2, 1, 0).unwrap_err().to_string();
-        assert!(e.contains("layer 1 has 0 other units"), "{e}");
+        let full = [
+            Unit::Head { layer: 1, head: 0 },
+            Unit::Head { layer: 1, head: 1 },
+        ];
+        let e = matched_random(&full, 2, 1, 0).unwrap_err().to_string();
+        assert!(e.contains("layer 1 has only 0 other units"), "{e}");
         assert_eq!(percentile(3.0, &[1.0, 2.0, 3.0, 4.0]), 62.5);
         assert_eq!(percentile(9.0, &[1.0, 2.0]), 100.0);
         let d = derangement(7, 1);

@@ -477,3 +477,308 @@ fn ablations_on_smollm2_match_the_numpy_reference() {
 fn dev_of(r: &sinklab::run::OpenRun) -> burn::tensor::Device {
     r.device.clone()
 }
+
+/// `sinklab ablate` and `sinklab patch` on a small trained GQA run (4 query heads, 2 key/value
+/// groups): typed reports whose numbers agree with each other (a named set's Δ is the scan's
+/// cell, each control's Δ the scan's cell of its head), the exact patching identities at layer 0
+/// (only the corrupted position differs there), directional addition of the clean − corrupted
+/// difference equal to the patch, and clear errors for input that does not fit.
+#[test]
+fn ablate_and_patch_commands_agree_with_themselves_and_refuse_what_does_not_fit() {
+    use sinklab::analysis::ablate::AblateReport;
+    use sinklab::analysis::patch::PatchReport;
+    let dir = tempfile::tempdir().unwrap();
+    let exp = common::tiny_experiment(dir.path(), "iv", &["model.n_kv_heads=2"]);
+    sinklab::train::train(&exp, &common::quiet(), &mut |_| {}).unwrap();
+    let run = exp.run_dir();
+    let run = run.to_str().unwrap();
+    let out = dir.path().join("out");
+    let o = out.to_str().unwrap();
+    let json = |args: &[&str]| -> String {
+        let mut a = args.to_vec();
+        a.extend(["--out", o, "--json"]);
+        let (code, text, err) = common::sinklab_in(None, &a);
+        assert_eq!(code, 0, "{a:?}: {err}");
+        text
+    };
+    let close = |a: f64, b: f64, what: &str| {
+        assert!(
+            (a - b).abs() <= 1e-4 * (1.0 + b.abs()),
+            "{what}: {a} vs {b}"
+        );
+    };
+
+    // Every head on its own: a 2 × 4 Δ map with each head's dormancy, and its PNG.
+    let (code, text) = common::sinklab_output(None, &["ablate", run, "--n", "15", "--out", o]);
+    assert_eq!(code, 0, "{text}");
+    assert!(
+        text.contains("largest Δ") && text.contains("dormant heads"),
+        "{text}"
+    );
+    let scan: AblateReport =
+        serde_json::from_str(&std::fs::read_to_string(out.join("ablate.json")).unwrap()).unwrap();
+    assert!(out.join("ablate_delta.png").exists());
+    assert_eq!((scan.sequences, scan.len), (8, 31));
+    assert!(
+        scan.baseline > 0.5 && scan.baseline < 8.0,
+        "{}",
+        scan.baseline
+    );
+    let cells = scan.scan.clone().unwrap();
+    assert_eq!(cells.len(), 2);
+    assert!(cells.iter().all(|r| r.len() == 4));
+    assert!(cells.iter().flatten().all(|d| d.is_finite()));
+    assert!(
+        cells.iter().flatten().any(|d| d.abs() > 1e-5),
+        "zero ablation moved nothing: {cells:?}"
+    );
+    let d = scan.dormancy.as_ref().unwrap();
+    assert_eq!(d.dormant.heads + d.active.heads, 8);
+
+    // A named head against 5 matched-random heads of its layer: the same Δ as the scan's.
+    let named: AblateReport = serde_json::from_str(&json(&[
+        "ablate",
+        run,
+        "--n",
+        "15",
+        "--heads",
+        "1:0",
+        "--controls",
+        "5",
+    ]))
+    .unwrap();
+    let n = named.named.unwrap();
+    close(named.baseline, scan.baseline, "baseline");
+    close(n.delta, cells[1][0], "named 1.0");
+    assert_eq!(n.controls.len(), 5);
+    for (set, delta) in n.control_sets.iter().zip(&n.controls) {
+        assert_eq!(set.len(), 1);
+        let (l, h) = set[0].split_once('.').unwrap();
+        assert_eq!(l, "1", "controls come from the named head's layer");
+        assert_ne!(h, "0", "controls avoid the named head");
+        close(*delta, cells[1][h.parse::<usize>().unwrap()], &set[0]);
+    }
+    let below = n.controls.iter().filter(|&&c| c < n.delta).count() as f64;
+    let equal = n.controls.iter().filter(|&&c| c == n.delta).count() as f64;
+    close(
+        n.percentile,
+        100.0 * (below + 0.5 * equal) / 5.0,
+        "percentile",
+    );
+    assert!(out.join("ablate_controls.png").exists());
+
+    // Key/value groups: a 2 × 2 map; a mean ablation names and records its reference set.
+    let groups: AblateReport = serde_json::from_str(&json(&[
+        "ablate",
+        run,
+        "--n",
+        "15",
+        "--heads",
+        "kv all",
+        "--kind",
+        "mean",
+        "--mean-from",
+        "task",
+        "--positions",
+        "last",
+    ]))
+    .unwrap();
+    assert!(groups.groups);
+    let g = groups.scan.unwrap();
+    assert_eq!((g.len(), g[0].len()), (2, 2));
+    let r = groups.mean_from.unwrap();
+    assert_eq!((r.sequences, r.len), (8, 31));
+    assert_ne!(
+        r.seed,
+        groups.sequences as u64 + 12345,
+        "a seed is recorded"
+    );
+    // the last position alone: a different baseline than the second half's
+    assert!((groups.baseline - scan.baseline).abs() > 1e-6);
+
+    // KL of the clean distribution against itself is 0, and positive once a head is ablated.
+    let kl: AblateReport = serde_json::from_str(&json(&[
+        "ablate", run, "--n", "15", "--metric", "kl", "--kind", "resample",
+    ]))
+    .unwrap();
+    assert!(kl.baseline.abs() < 1e-6, "{}", kl.baseline);
+    assert!(kl.scan.unwrap().iter().flatten().all(|&d| d >= -1e-6));
+    assert_eq!(kl.resample_perm.as_ref().map(Vec::len), Some(8));
+
+    // Patching resid_pre by layer × position: at layer 0 only position n (the corrupted token)
+    // differs, so patching it gives exactly 1 and every other position 0. Directional addition
+    // of the one prompt's clean − corrupted difference at layer 1's last position is the patch.
+    let p: PatchReport = serde_json::from_str(&json(&[
+        "patch",
+        run,
+        "--n",
+        "10",
+        "--sequences",
+        "1",
+        "--site",
+        "resid_pre",
+        "--add",
+        "mean-diff",
+        "--at",
+        "1:resid_pre",
+        "--scales",
+        "0,1",
+    ]))
+    .unwrap();
+    assert_eq!((p.count, p.len), (1, 20));
+    assert_eq!(p.normalised.len(), 2);
+    for (i, &v) in p.normalised[0].iter().enumerate() {
+        let want = if i == 10 { 1.0 } else { 0.0 };
+        assert!((v - want).abs() < 1e-4, "layer 0 position {i}: {v}");
+    }
+    let a = p.addition.as_ref().unwrap();
+    assert!(a.norm > 0.0);
+    assert!(a.normalised[0].abs() < 1e-5, "{:?}", a.normalised);
+    close(a.normalised[1], p.normalised[1][19], "addition = patch");
+    assert!(out.join("patch.png").exists() && out.join("patch_addition.png").exists());
+
+    // k by head on the GQA model: one column per key/value group; noising mirrors denoising
+    // at layer 0 position n.
+    let k: PatchReport = serde_json::from_str(&json(&[
+        "patch",
+        run,
+        "--n",
+        "10",
+        "--site",
+        "k",
+        "--sequences",
+        "4",
+    ]))
+    .unwrap();
+    assert_eq!(k.column_labels, vec!["0", "1"]);
+    assert!(k.normalised.iter().flatten().all(|v| v.is_finite()));
+    let noise: PatchReport = serde_json::from_str(&json(&[
+        "patch",
+        run,
+        "--n",
+        "10",
+        "--site",
+        "resid_pre",
+        "--direction",
+        "noise",
+        "--sequences",
+        "4",
+    ]))
+    .unwrap();
+    for (i, &v) in noise.normalised[0].iter().enumerate() {
+        let want = if i == 10 { 0.0 } else { 1.0 };
+        assert!((v - want).abs() < 1e-4, "noising position {i}: {v}");
+    }
+
+    // Prompts from a file (byte tokenizer: one token per character).
+    let prompts = dir.path().join("prompts.jsonl");
+    std::fs::write(
+        &prompts,
+        "{\"clean\": \"the cat sat\", \"corrupt\": \"the dog sat\", \"answer\": \".\", \"wrong\": \"!\"}\n\
+         {\"clean\": \"my big hat.\", \"corrupt\": \"my red hat.\", \"answer\": \"o\", \"wrong\": \"x\"}\n",
+    )
+    .unwrap();
+    let f: PatchReport = serde_json::from_str(&json(&[
+        "patch",
+        run,
+        "--prompts",
+        prompts.to_str().unwrap(),
+        "--by",
+        "head-position",
+        "--layers",
+        "1",
+    ]))
+    .unwrap();
+    assert_eq!((f.count, f.len), (2, 12));
+    assert_eq!(f.row_labels, vec!["1.0", "1.1", "1.2", "1.3"]);
+    assert_eq!(f.column_labels.len(), 12);
+
+    let bad = dir.path().join("bad.jsonl");
+    for (lines, want) in [
+        (
+            "{\"clean\": \"ab\", \"corrupt\": \"abc\", \"answer\": \"c\", \"wrong\": \"d\"}",
+            "needs equal lengths",
+        ),
+        (
+            "{\"clean\": \"ab\", \"corrupt\": \"ac\", \"answer\": \"cd\", \"wrong\": \"d\"}",
+            "an answer must be one token",
+        ),
+        ("{\"clean\": \"ab\"}", "expected {\"clean\", \"corrupt\""),
+    ] {
+        std::fs::write(&bad, lines).unwrap();
+        let (code, text) = common::sinklab_output(
+            None,
+            &["patch", run, "--out", o, "--prompts", bad.to_str().unwrap()],
+        );
+        assert_ne!(code, 0, "{lines}");
+        assert!(text.contains(want), "{lines}: {text}");
+    }
+    for (args, want) in [
+        (
+            vec!["ablate", "--heads", "5:0"],
+            "the model has layers 0..2",
+        ),
+        (
+            vec!["ablate", "--heads", "1-2"],
+            "expected `all`, `L:H,L:H`",
+        ),
+        (vec!["ablate", "--heads", "kv 0:2"], "key/value groups 0..2"),
+        (
+            vec!["ablate", "--heads", "kv 0:1", "--kind", "move-to-first"],
+            "not on a key/value group",
+        ),
+        (vec!["ablate", "--kind", "half"], "move-to-first"),
+        (vec!["ablate", "--task", "bb"], "trained on Bigram-Backcopy"),
+        (vec!["ablate", "--task", "poem"], "valid tasks are"),
+        (
+            vec!["ablate", "--metric", "logit-diff"],
+            "needs answers: use sinklab patch",
+        ),
+        (
+            vec!["ablate", "--mean-from", "task"],
+            "--mean-from names the reference set of --kind mean",
+        ),
+        (vec!["ablate", "--n", "40"], "use --n ≤ 15"),
+        (
+            vec!["ablate", "--heads", "1:0", "--controls", "0"],
+            "at least one matched-random set",
+        ),
+        (
+            vec!["ablate", "--heads", "0:1,0:2,0:3", "--controls", "3"],
+            "layer 0 has only 1 other unit for the 3",
+        ),
+        (
+            vec!["patch", "--site", "resid_pre", "--by", "head"],
+            "is a residual-stream site",
+        ),
+        (
+            vec!["patch", "--site", "z", "--by", "layer-position"],
+            "is a per-head site",
+        ),
+        (vec!["patch", "--site", "zz"], "valid sites are"),
+        (vec!["patch", "--site", "gate"], "no output gate"),
+        (vec!["patch", "--layers", "7"], "the model has layers 0..2"),
+        (vec!["patch", "--n", "17"], "2 ≤ n ≤ model.ctx / 2 = 16"),
+        (
+            vec!["patch", "--add", "mean-diff"],
+            "--add and --at go together",
+        ),
+        (
+            vec!["patch", "--add", "mean-diff", "--at", "1:pattern:0"],
+            "not to the pattern",
+        ),
+        (
+            vec!["patch", "--add", "mean-diff", "--at", "one:z"],
+            "expected L:SITE or L:SITE:H",
+        ),
+    ] {
+        let mut a = vec![args[0], run, "--out", o];
+        if !args.contains(&"--n") {
+            a.extend(["--n", if args[0] == "patch" { "10" } else { "15" }]);
+        }
+        a.extend(&args[1..]);
+        let (code, text) = common::sinklab_output(None, &a);
+        assert_ne!(code, 0, "{a:?}");
+        assert!(text.contains(want), "{a:?}: {text}");
+    }
+}
