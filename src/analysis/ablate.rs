@@ -208,12 +208,12 @@ pub fn ablate(run: &OpenRun, o: &AblateOptions, log: &mut dyn FnMut(&str)) -> Re
         answers: None,
     };
     log(&format!(
-        "{} sequences of {} tokens; {} ablation, metric {:?} at {:?} positions",
-        batch.batch,
+        "{} of {} tokens; {} ablation, metric {} at {} positions",
+        crate::progress::count(batch.batch, "sequence", None),
         batch.len,
         serde_json::to_value(o.kind)?.as_str().unwrap_or(""),
-        o.metric,
-        o.positions
+        serde_json::to_value(o.metric)?.as_str().unwrap_or(""),
+        serde_json::to_value(o.positions)?.as_str().unwrap_or("")
     ));
     // The reference set of a mean ablation.
     let (reference, mean_ref) = if o.kind != AblationKind::Mean {

@@ -12,6 +12,7 @@ use crate::eval::heads::{OV_CIRCUIT, head_scores, ov_copy_scores};
 use crate::heads::{Class, LayerHeads, Measure, Score, Thresholds, classify, head_label};
 use crate::metrics::Proxy;
 use crate::plot::{self, Heatmap};
+use crate::progress::count;
 use crate::run::OpenRun;
 use anyhow::{Context, Result, bail};
 use rand::SeedableRng;
@@ -241,10 +242,12 @@ pub fn heads(run: &OpenRun, o: &HeadsOptions, log: &mut dyn FnMut(&str)) -> Resu
     let (probe, info) = probe_batch(run, o)?;
     let (n_layers, n_heads) = (exp.model.n_layers, exp.model.n_heads);
     log(&format!(
-        "{}: {} sequences of {} tokens through {n_layers} layers × {n_heads} heads",
+        "{}: {} of {} tokens through {} × {}",
         probe_title(&info),
-        probe.batch,
-        probe.len
+        count(probe.batch, "sequence", None),
+        probe.len,
+        count(n_layers, "layer", None),
+        count(n_heads, "head", None)
     ));
     let proxy = Proxy::for_normaliser(&exp.model.attention.normaliser);
     let chunk = exp.train.micro_batch.max(1);

@@ -184,7 +184,8 @@ pub fn patch(run: &OpenRun, o: &PatchOptions, log: &mut dyn FnMut(&str)) -> Resu
     )?;
     let (m_clean, m_corr) = (clean.metric(), corrupt.metric());
     log(&format!(
-        "{count} prompt pairs of {len} tokens: metric {m_clean:.4} clean, {m_corr:.4} corrupted"
+        "{} of {len} tokens: metric {m_clean:.4} clean, {m_corr:.4} corrupted",
+        crate::progress::count(count, "prompt pair", None)
     ));
     if (m_clean - m_corr).abs() < 1e-6 {
         bail!(

@@ -181,7 +181,10 @@ fn print(r: &AblateReport, dir: &std::path::Path) {
     if let Some(d) = &r.dormancy {
         let group = |g: &crate::analysis::ablate::DormancyGroup| match (g.mean_delta, g.max_delta) {
             (Some(mean), Some(max)) => {
-                format!("{} heads, mean Δ {mean:+.4}, max {max:+.4}", g.heads)
+                format!(
+                    "{}, mean Δ {mean:+.4}, max {max:+.4}",
+                    crate::progress::count(g.heads, "head", None)
+                )
             }
             _ => "no heads".to_string(),
         };
@@ -200,12 +203,12 @@ fn print(r: &AblateReport, dir: &std::path::Path) {
         let mut c = n.controls.clone();
         c.sort_by(f64::total_cmp);
         println!(
-            "  {}: Δ {:+.4}{}; {} matched-random sets: median {:+.4}, max {:+.4}; percentile {:.0}",
+            "  {}: Δ {:+.4}{}; {}: median {:+.4}, max {:+.4}; percentile {:.0}",
             n.units.join(" "),
             n.delta,
             n.delta_bigram
                 .map_or(String::new(), |b| format!(" (bigram {b:+.4})")),
-            c.len(),
+            crate::progress::count(c.len(), "matched-random set", None),
             crate::metrics::median(c.clone()),
             c.last().copied().expect("at least one control"),
             n.percentile

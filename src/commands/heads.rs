@@ -3,6 +3,7 @@
 use super::AnalysisArgs;
 use crate::analysis::heads::{self, HeadsOptions, HeadsReport, ProbeKind};
 use crate::heads::{Measure, Score, Thresholds, TlMeasure};
+use crate::progress::count;
 use anyhow::{Result, bail};
 use std::path::PathBuf;
 
@@ -104,10 +105,10 @@ pub fn run(a: Args) -> Result<()> {
 
 fn print(r: &HeadsReport, dir: &std::path::Path) {
     println!(
-        "heads: {} layers × {} heads ({} key/value heads); {}; measure {}",
-        r.n_layers,
-        r.n_heads,
-        r.kv_heads,
+        "heads: {} × {} ({}); {}; measure {}",
+        count(r.n_layers, "layer", None),
+        count(r.n_heads, "head", None),
+        count(r.kv_heads, "key/value head", None),
         heads::probe_title(&r.probe),
         match r.measure {
             Measure::Primary => "share of the whole row".to_string(),

@@ -134,8 +134,13 @@ pub fn run(a: Args) -> Result<()> {
 
 fn print(r: &PatchReport, dir: &std::path::Path) {
     println!(
-        "patch: {} {} prompt pairs of {} tokens; metric clean {:.4}, corrupted {:.4} ({:.1} s)",
-        r.site, r.count, r.len, r.clean, r.corrupt, r.seconds
+        "patch: {} {} of {} tokens; metric clean {:.4}, corrupted {:.4} ({:.1} s)",
+        r.site,
+        crate::progress::count(r.count, "prompt pair", None),
+        r.len,
+        r.clean,
+        r.corrupt,
+        r.seconds
     );
     let mut cells: Vec<(f64, String)> = Vec::new();
     for (i, row) in r.normalised.iter().enumerate() {
