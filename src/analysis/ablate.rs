@@ -481,12 +481,18 @@ pub fn parse_units(s: &str) -> Result<Units> {
     let units = list
         .split(',')
         .map(|p| {
-            let (l, h) = p.trim().split_once(':').ok_or_else(|| {
+            let bad = || {
                 anyhow::anyhow!(
-                    "--heads {s}: expected `all`, `L:H,L:H` (e.g. 5:1,7:10), `kv L:G` or `kv all`"
+                    "--heads {s}: expected `all`, `L:H,L:H` (e.g. 5:1,7:10; or 5.1,7.10), `kv L:G` or `kv all`"
                 )
-            })?;
-            let (layer, i) = (l.trim().parse::<usize>()?, h.trim().parse::<usize>()?);
+            };
+            let p = p.trim();
+            let (l, h) = p
+                .split_once(':')
+                .or_else(|| p.split_once('.'))
+                .ok_or_else(bad)?;
+            let number = |x: &str| x.trim().parse::<usize>().map_err(|_| bad());
+            let (layer, i) = (number(l)?, number(h)?);
             Ok(if groups {
                 Unit::KvGroup { layer, group: i }
             } else {
@@ -495,4 +501,36 @@ pub fn parse_units(s: &str) -> Result<Units> {
         })
         .collect::<Result<Vec<_>>>()?;
     Ok(Units::Named { units })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn units_parse_as_printed_and_as_typed() {
+        let heads = |v: &[(usize, usize)]| Units::Named {
+            units: v
+                .iter()
+                .map(|&(layer, head)| Unit::Head { layer, head })
+                .collect(),
+        };
+        assert_eq!(parse_units("all").unwrap(), Units::AllHeads);
+        assert_eq!(parse_units("kv all").unwrap(), Units::AllGroups);
+        assert_eq!(parse_units("5:1, 7:10").unwrap(), heads(&[(5, 1), (7, 10)]));
+        assert_eq!(
+            parse_units("18.6,17.4").unwrap(),
+            heads(&[(18, 6), (17, 4)])
+        );
+        assert_eq!(
+            parse_units("kv 4:2").unwrap(),
+            Units::Named {
+                units: vec![Unit::KvGroup { layer: 4, group: 2 }]
+            }
+        );
+        let e = parse_units("1-2").unwrap_err().to_string();
+        assert!(e.contains("expected `all`"), "{e}");
+        let e = parse_units("1:x").unwrap_err().to_string();
+        assert!(e.contains("expected `all`"), "{e}");
+    }
 }
