@@ -25,7 +25,7 @@ pub struct Bars<'a> {
 }
 
 /// Characters of a bar label.
-const LABEL_CHARS: usize = 32;
+const LABEL_CHARS: usize = 48;
 const PLOT_H: i32 = 380;
 const VALUE_PX: u32 = 11;
 

@@ -582,7 +582,9 @@ fn a_sweep_runs_on_a_real_slurm_cluster_and_resumes_after_scancel() {
     );
     let log = std::fs::read_to_string(&run_log).unwrap();
     assert!(
-        log.contains(&format!("interrupted after step {stopped}: checkpointed")),
+        log.contains(&format!(
+            "stopped after step {stopped} of {STEPS} (interrupted)"
+        )),
         "{log}"
     );
     let md = std::fs::read_to_string(cdir.join("report.md")).unwrap();

@@ -256,7 +256,7 @@ fn resume_reproduces_every_later_loss() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("differs"), "{err}");
-    assert!(err.contains("weight_decay = 0.5"), "{err}");
+    assert!(err.contains("optim.weight_decay: 0.1 → 0.5"), "{err}");
 
     // A resolved.toml written before a setting existed (here run.devices, absent = default)
     // still resumes.
