@@ -558,7 +558,10 @@ def feature_map(x, fm, w, p, kinks):
     raise ValueError(fm)
 
 
-def attention(m, w, p, u, ctx, kinks):
+def attention(m, w, p, u, ctx, kinks, hook=None):
+    """One attention layer; `hook(site, x)`, if given, sees and may replace q, k, v (k and v
+    one slice per key/value group, after RoPE), pattern (the normaliser's output, slot columns
+    first) and z (each head's output before W_O), as sinklab's hook points."""
     a = m["attention"]
     B, S, d = u.shape
     H = m["n_heads"]
@@ -587,19 +590,26 @@ def attention(m, w, p, u, ctx, kinks):
     KV = m.get("n_kv_heads", H)
     qkv_bias = bias or m.get("qkv_bias", False)
 
-    def kv_heads(t):
-        """(B, S, KV*dh) -> (B, H, S, dh): query head h reads kv head h // (H / KV)."""
-        t = t.reshape(B, S, KV, dh).transpose(0, 2, 1, 3)
+    def kv_groups(t):
+        """(B, S, KV*dh) -> (B, KV, S, dh)."""
+        return t.reshape(B, S, KV, dh).transpose(0, 2, 1, 3)
+
+    def repeat_kv(t):
+        """(B, KV, S, dh) -> (B, H, S, dh): query head h reads kv head h // (H / KV)."""
         return np.repeat(t, H // KV, axis=1)
 
     q = heads(lin(u, w, p + "attn.wq", qkv_bias))
-    k = kv_heads(lin(u, w, p + "attn.wk", qkv_bias))
+    k = kv_groups(lin(u, w, p + "attn.wk", qkv_bias))
     if vo["kind"] == "dense":
-        v = kv_heads(lin(u, w, p + "attn.wv", qkv_bias))
+        v = kv_groups(lin(u, w, p + "attn.wv", qkv_bias))
     else:
         v = heads(vo_lin(u, "wv"))
     if ctx["rope"] is not None:
         q, k = apply_rope(q, ctx["rope"]), apply_rope(k, ctx["rope"])
+    if hook is not None:
+        q, k, v = hook("q", q), hook("k", k), hook("v", v)
+    k = repeat_kv(k)
+    v = repeat_kv(v) if vo["kind"] == "dense" else v
     nm = a["normaliser"]
     if nm["kind"] == "linear":
         q = feature_map(q, nm["feature_map"], w, p, kinks)
@@ -636,6 +646,8 @@ def attention(m, w, p, u, ctx, kinks):
         s = s + w[p + "attn.spa_bias"][:S, :S]
     vis = np.concatenate([np.ones((S, c0), dtype=bool), ctx["vis"]], axis=1)
     wts = normalise(s, vis, nm, m, kinks)
+    if hook is not None:
+        wts = hook("pattern", wts)
     probe = wts
     if n_sl:
         wts = wts[..., 1:]
@@ -660,6 +672,8 @@ def attention(m, w, p, u, ctx, kinks):
         out = out * heads(gv)
     elif g != "none":
         raise ValueError(g)
+    if hook is not None:
+        out = hook("z", out)
     out = out.transpose(0, 2, 1, 3).reshape(B, S, d)
     return vo_lin(out, "wo"), probe
 
@@ -690,8 +704,9 @@ def gain_values(m, w, p):
     return out
 
 
-def forward(m, w, tokens, kinks=None):
-    """Returns logits (B, T, V) and the probe attention (B, H, S, C) of every layer."""
+def forward(m, w, tokens, kinks=None, hook=None):
+    """Returns logits (B, T, V) and the probe attention (B, H, S, C) of every layer.
+    `hook(layer, site, x)`, if given, is the attention hook of every layer."""
     kinks = kinks if kinks is not None else Kinks()
     B, T = tokens.shape
     d, N = m["d_model"], m["sink_tokens"]
@@ -712,20 +727,21 @@ def forward(m, w, tokens, kinks=None):
     for l in range(m["n_layers"]):
         p = f"blocks.{l}."
         g = gain_values(m, w, p)
+        hk = None if hook is None else (lambda site, x, l=l: hook(l, site, x))
         if bk in ("pre_norm", "sas"):
-            att, pr = attention(m, w, p, apply_norm(x, w, p + "norm1", ncfg), ctx, kinks)
+            att, pr = attention(m, w, p, apply_norm(x, w, p + "norm1", ncfg), ctx, kinks, hk)
             x = g["alpha_sa"] * x + g["beta_sa"] * att
             if m["ffn"]["kind"] == "none":  # no MLP and no norm2
                 x = g["alpha_ff"] * x
             else:
                 x = g["alpha_ff"] * x + g["beta_ff"] * mlp(m, w, p, apply_norm(x, w, p + "norm2", ncfg), kinks)
         elif bk == "post_norm":
-            att, pr = attention(m, w, p, x, ctx, kinks)
+            att, pr = attention(m, w, p, x, ctx, kinks, hk)
             x = apply_norm(x + att, w, p + "norm1", ncfg)
             x = apply_norm(x + mlp(m, w, p, x, kinks), w, p + "norm2", ncfg)
         elif bk in ("parallel", "sas_p"):
             u = apply_norm(x, w, p + "norm1", ncfg)
-            att, pr = attention(m, w, p, u, ctx, kinks)
+            att, pr = attention(m, w, p, u, ctx, kinks, hk)
             if m["block"].get("separate_norms", False):  # GPT-NeoX: each branch its own norm
                 u = apply_norm(x, w, p + "norm2", ncfg)
             x = g["alpha"] * x + g["beta_sa"] * att + g["beta_ff"] * mlp(m, w, p, u, kinks)

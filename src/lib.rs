@@ -4,10 +4,10 @@
 //!
 //! Layers, from the bottom (the order `tests/suite/layout.rs` checks): pure maths and formats
 //! (`spa`, `lock`, `checkpoint`, `tensorboard`, `plot`, `tokenizer`, `progress`,
-//! `parallel`), the schema (`config`), sink metrics (`metrics`), devices and data (`backend`,
-//! `memory`, `data`),
+//! `parallel`), the schema (`config`), sink metrics (`metrics`) and head scores (`heads`), devices
+//! and data (`backend`, `memory`, `data`),
 //! optimisation (`optim`), the model (`model`), band maths (`dark`), evaluation and probes
-//! (`eval`), decoding (`generate`), the run directory (`recorder`, `run`), the training loop
+//! (`eval`), interventions (`intervene`), decoding (`generate`), the run directory (`recorder`, `run`), the training loop
 //! (`train`), pretrained checkpoints in and out (`interop`), analyses (`analysis`), sweeps
 //! (`sweep`, `report`), benchmarks (`bench`) and the command line (`commands`). A module only
 //! uses modules below it.
@@ -22,7 +22,9 @@ pub mod dark;
 pub mod data;
 pub mod eval;
 pub mod generate;
+pub mod heads;
 pub mod interop;
+pub mod intervene;
 pub mod lock;
 pub mod memory;
 pub mod metrics;

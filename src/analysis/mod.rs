@@ -23,12 +23,16 @@
 //!   (|x| > 100 and ≥ 1000 × the sequence's median |h|), and the channels with the largest
 //!   max |h| with the share of those maxima found at token 1.
 
+pub mod ablate;
 pub mod dark;
 pub mod findings;
 pub mod geometry;
+pub mod heads;
 pub mod inspect;
+pub mod patch;
 pub mod probes;
 pub mod stream;
+pub mod tasks;
 
 use crate::model::Lm;
 use crate::plot;

@@ -2,6 +2,7 @@
 //! struct), the call into the library and the printing. `main.rs` parses [`Cli`] and calls
 //! [`run`].
 
+pub mod ablate;
 pub mod analyze;
 pub mod bench;
 pub mod check;
@@ -10,8 +11,10 @@ pub mod data;
 pub mod eval;
 pub mod export;
 pub mod generate;
+pub mod heads;
 pub mod import;
 pub mod init_check;
+pub mod patch;
 pub mod report;
 pub mod stream_eval;
 pub mod sweep;
@@ -58,6 +61,23 @@ pub enum Cmd {
     /// W_E/W_U tail removed), Φ_e,k (W_E bands 1..k) and a random-orthonormal-basis control,
     /// with ΔNLL and Sink1 for each. Writes dark.json and PNG plots.
     Dark(dark::Args),
+    /// Attention heads (Zheng et al. 2024's survey): previous-token, duplicate-token and
+    /// induction scores per (layer, head) on a probe ([first, R, R] by default; or
+    /// TransformerLens's detect_head measures), dormancy (α1, AHON, AHON-LN, entropy, value
+    /// drain, slot mass), the OV copying score from the weights, a class per head. Writes
+    /// heads.json and one heat map per score.
+    Heads(heads::Args),
+    /// Ablate attention heads (zero, mean, resample, move-to-first) or key/value groups: every
+    /// head on its own (a Δmetric map per layer and head, with each head's dormancy), or a
+    /// named set against matched-random sets from the same layers. Writes ablate.json and
+    /// PNGs.
+    Ablate(ablate::Args),
+    /// Activation patching between clean and corrupted prompts (a JSON Lines file, or the
+    /// built-in repeat task) at one site — z, q, k, v, pattern, resid_pre, attn_out, mlp_out —
+    /// by head, head × position or layer × position, denoising or noising, with the normalised
+    /// logit difference; and directional addition of a stored direction. Writes patch.json and
+    /// PNGs.
+    Patch(patch::Args),
     /// Corpus preparation (`data prepare`: stream a corpus of any size into memory-mapped
     /// token shards) and the batch loader's speed (`data bench`).
     Data(data::Args),
@@ -106,6 +126,9 @@ pub fn run(cli: Cli) -> Result<()> {
         Cmd::Eval(a) => eval::run(a),
         Cmd::Analyze(a) => analyze::run(a),
         Cmd::Dark(a) => dark::run(a),
+        Cmd::Heads(a) => heads::run(a),
+        Cmd::Ablate(a) => ablate::run(a),
+        Cmd::Patch(a) => patch::run(a),
         Cmd::Data(a) => data::run(a),
         Cmd::Generate(a) => generate::run(a),
         Cmd::Import(a) => import::run(a),

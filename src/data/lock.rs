@@ -35,23 +35,42 @@ impl DirLock {
         use std::os::fd::AsRawFd;
         let path = dir.join(LOCK_FILE);
         for _ in 0..MAX_ATTEMPTS {
-            let created_dir = !dir.exists();
-            match std::fs::create_dir_all(dir) {
-                // a parent was removed while it was being created: try again
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                r => r.with_context(|| format!("creating {}", dir.display()))?,
+            // Whether this process created the directory and the lock file is what the
+            // creating call says (not an earlier exists(): another process's failed
+            // preparation may remove both between the check and the creation).
+            if let Some(parent) = dir.parent() {
+                match std::fs::create_dir_all(parent) {
+                    // a parent was removed while it was being created: try again
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                    r => r.with_context(|| format!("creating {}", parent.display()))?,
+                }
             }
-            let created_lock = !path.exists();
-            let file = match File::options()
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .open(&path)
-            {
-                // the directory was removed by a failed preparation meanwhile
+            let created_dir = match std::fs::create_dir(dir) {
+                Ok(()) => true,
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => false,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                r => r.with_context(|| format!("creating {}", path.display()))?,
+                Err(e) => return Err(e).with_context(|| format!("creating {}", dir.display())),
             };
+            let (file, created_lock) =
+                match File::options().create_new(true).write(true).open(&path) {
+                    Ok(f) => (f, true),
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                        match File::options().write(true).open(&path) {
+                            Ok(f) => (f, false),
+                            // removed by a failed preparation meanwhile
+                            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                            Err(e) => {
+                                return Err(e)
+                                    .with_context(|| format!("opening {}", path.display()));
+                            }
+                        }
+                    }
+                    // the directory was removed by a failed preparation meanwhile
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                    Err(e) => {
+                        return Err(e).with_context(|| format!("creating {}", path.display()));
+                    }
+                };
             // SAFETY: flock on a descriptor this function owns; no memory is passed.
             if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
                 bail!(

@@ -23,6 +23,7 @@ use std::path::PathBuf;
 
 mod lock;
 mod prepare;
+pub mod repeat;
 mod source;
 pub mod synthetic;
 mod text;

@@ -3,23 +3,26 @@
 //!
 //! ```text
 //! q, k, v = u W_Q, u W_K, u W_V                      # (B, H, S, d_h); S = N sink tokens + T
-//! q, k = RoPE(q), RoPE(k)                            # rope positions only
+//! q, k = RoPE(q), RoPE(k)                            # rope positions only; hooks q, k, v
 //! q, k = φ(q), φ(k)                                  # linear kernels only
 //! K = [k_slot ; k],  V = [v_slot ; v]                # KV/K bias (1 key), memory K/V (n keys)
 //! s = q Kᵀ / sqrt(d_h) + bias                        # (B, H, S, C); bias: ALiBi / T5 buckets
 //! s = [z_h ; s]                                      # learned sink logit column (value 0)
 //! s = s + Γ_l                                       # U-SPA / E-SPA fixed logit bias
-//! A = normalise(s, mask)                             # softmax, softmax_n, sigmoid, elu+1, linear
+//! A = normalise(s, mask)                             # softmax, softmax_n, sigmoid, …; hook pattern
 //! A = D_l A                                          # U-SPA / E-SPA row rescaling
 //! A = α_h I + β_h A (− γ_h C)                        # Value-SkipInit / shaped attention
 //! out = α · A V  (+ v*)                              # row scale α; V bias adds v* per head
-//! out = out ⊙ σ(u W_g)                               # output gate, headwise or elementwise
+//! out = out ⊙ σ(u W_g)                               # output gate (hook gate); hook z = out
 //! y = concat_h(out) W_O                              # (B, S, d)
 //! ```
 //!
 //! W_V and W_O may be reparameterised (`α W_init + β ΔW`) or absent (the identity: SAS), and
-//! W_Q may start at exactly 0 (docs/reference.md §3). The probe records A as the normaliser returns it
-//! (before D_l, shaping and the row scale), so sink metrics read the learned softmax part.
+//! W_Q may start at exactly 0 (docs/reference.md §3). The hook points ([`super::hooks`]) sit at
+//! the stage boundaries: k and v before the key/value groups are repeated (one slice per group),
+//! `pattern` = A as the normaliser returns it (before D_l, shaping and the row scale, so sink
+//! metrics read the learned softmax part; a replaced pattern goes through them), z = each
+//! head's output just before W_O.
 //!
 //! Slot columns (sink logit, KV/K bias, memory keys) come first in the weights, then the S
 //! sequence positions (sink tokens, then real tokens). Slots are position-free: added after RoPE,
@@ -32,6 +35,7 @@
 //! computed as `x + 1` for x > 0 and `exp(min(x, 0))` otherwise, so no branch overflows.
 
 use super::context::{Ctx, LayerKv, rope};
+use super::hooks::{Frame, HeadSite, Tap, tap_heads, tap_wants};
 use super::layers::{Compute, Init, Linear, matmul_in};
 use crate::config::{
     FeatureMap, Gain, GateConfig, KBiasValue, KernelNorm, ModelConfig, NormaliserConfig, QueryInit,
@@ -44,25 +48,16 @@ use burn::tensor::module::attention;
 use burn::tensor::ops::AttentionModuleOptions;
 use burn::tensor::{Bool, Tensor};
 
-/// What the probe path records for one layer (device tensors; real tokens only except `attn`).
-#[derive(Default)]
-pub struct LayerProbe {
-    /// Attention weights before the row scale, (B, H, S, C): C = slot columns + S.
-    pub attn: Option<Tensor<4>>,
-    /// Queries of the real tokens after positional rotation (B, H, T, d_h).
-    pub queries: Option<Tensor<4>>,
-    /// Keys of the real tokens after positional rotation (B, H, T, d_h).
-    pub keys: Option<Tensor<4>>,
-    /// Values of the real tokens (B, H, T, d_h).
-    pub values: Option<Tensor<4>>,
-    /// Output-gate values (B, S, H) or (B, S, d), if the layer has a gate.
-    pub gate: Option<Tensor<3>>,
-    /// The block's output for the real tokens (B, T, d).
-    pub hidden: Option<Tensor<3>>,
-    /// Slot columns at the front of `attn` (sink logit, KV/K bias, memory keys).
-    pub slot_cols: usize,
-    /// Sink tokens at the front of the sequence.
-    pub sink_tokens: usize,
+/// (B, KV, S, d_h) → (B, H, S, d_h), each key/value head repeated for the H / KV query heads
+/// that read it (Hugging Face's `repeat_kv`); the identity without grouped-query attention.
+pub fn repeat_kv(x: Tensor<4>, n_heads: usize) -> Tensor<4> {
+    let [b, kv, s, dh] = x.dims();
+    if kv == n_heads {
+        return x;
+    }
+    x.unsqueeze_dim::<5>(2) // (B, KV, 1, S, d_h)
+        .expand([b, kv, n_heads / kv, s, dh])
+        .reshape([b, n_heads, s, dh])
 }
 
 /// `elu(x) + 1`: `x + 1` for x > 0, `exp(min(x, 0))` otherwise (no branch overflows).
@@ -454,14 +449,7 @@ impl Attention {
     /// heads that read it (Hugging Face's `repeat_kv`); the identity without grouped-query
     /// attention.
     fn repeat_kv(&self, x: Tensor<4>) -> Tensor<4> {
-        let (h, kv) = (self.spec.n_heads, self.spec.kv_heads);
-        if kv == h {
-            return x;
-        }
-        let [b, _, s, dh] = x.dims();
-        x.unsqueeze_dim::<5>(2) // (B, KV, 1, S, d_h)
-            .expand([b, kv, h / kv, s, dh])
-            .reshape([b, h, s, dh])
+        repeat_kv(x, self.spec.n_heads)
     }
 
     /// φ(x) on (B, H, S, d_h) for linear kernels; identity otherwise.
@@ -536,11 +524,11 @@ impl Attention {
     /// (B, Q, d) → (B, Q, d) for the query rows of `ctx`. Without a cache the input is the
     /// whole sequence (Q = S); with one it is the Q new tokens, whose keys and values are
     /// appended to `cache` (evicted per `ctx.keep`) and attended together with the cached ones.
-    pub fn forward(
+    pub(crate) fn forward(
         &self,
         u: Tensor<3>,
         ctx: &Ctx,
-        mut probe: Option<&mut LayerProbe>,
+        mut tap: Option<&mut Tap<'_>>,
         cache: Option<&mut LayerKv>,
     ) -> Tensor<3> {
         let [b, nq, d] = u.dims();
@@ -561,19 +549,20 @@ impl Attention {
             q = rope(q, cos_q, sin_q, *r, ctx.rope_pairing);
             k = rope(k, cos_k, sin_k, *r, ctx.rope_pairing);
         }
+        let frame = Frame {
+            sink_tokens: ctx.sink_tokens,
+            q_start: ctx.q_start,
+            slot_cols: 0,
+        };
+        let q = tap_heads(&mut tap, HeadSite::Q, q, frame); // hook q (B, H, Q, d_h)
+        let k = tap_heads(&mut tap, HeadSite::K, k, frame); // hook k (B, KV, S, d_h)
+        let v = tap_heads(&mut tap, HeadSite::V, v, frame); // hook v (B, KV, S, d_h)
         // Grouped-query attention: query head h reads key/value head h / (H / KV).
         let k = self.repeat_kv(k);
         let v = self.repeat_kv(v);
-        if let Some(p) = probe.as_deref_mut() {
-            let t = s - ctx.sink_tokens;
-            p.queries = Some(q.clone().narrow(2, ctx.sink_tokens, t)); // (B, H, T, d_h)
-            p.keys = Some(k.clone().narrow(2, ctx.sink_tokens, t));
-            p.values = Some(v.clone().narrow(2, ctx.sink_tokens, t));
-            p.sink_tokens = ctx.sink_tokens;
-        }
         let q = self.feature_map(q);
         let k = self.feature_map(k);
-        let mut out = if ctx.fused && probe.is_none() {
+        let mut out = if ctx.fused && !tap_wants(&tap, HeadSite::Pattern) {
             let options = AttentionModuleOptions {
                 scale: None,
                 softcap: None,
@@ -602,10 +591,11 @@ impl Attention {
             }
             let cols = scores.dims()[3];
             let w = self.normalise(scores, ctx.hidden.clone().expand([b, h, nq, cols])); // (B, H, Q, C)
-            if let Some(p) = probe.as_deref_mut() {
-                p.attn = Some(w.clone());
-                p.slot_cols = cols - s;
-            }
+            let slots = Frame {
+                slot_cols: cols - s,
+                ..frame
+            };
+            let w = tap_heads(&mut tap, HeadSite::Pattern, w, slots); // hook pattern
             let w = if has_sink_column {
                 w.narrow(3, 1, cols - 1) // the sink logit's value is 0
             } else {
@@ -632,14 +622,13 @@ impl Attention {
         if let Some(g) = &self.gate {
             let gv = sigmoid(g.forward_in(u, c)); // (B, S, H) or (B, S, d)
             let g4 = match self.spec.gate {
-                GateConfig::Headwise {} => gv.clone().swap_dims(1, 2).unsqueeze_dim::<4>(3), // (B, H, Q, 1)
-                _ => gv.clone().reshape([b, nq, h, dh]).swap_dims(1, 2), // (B, H, Q, d_h)
+                GateConfig::Headwise {} => gv.swap_dims(1, 2).unsqueeze_dim::<4>(3), // (B, H, Q, 1)
+                _ => gv.reshape([b, nq, h, dh]).swap_dims(1, 2), // (B, H, Q, d_h)
             };
+            let g4 = tap_heads(&mut tap, HeadSite::Gate, g4, frame); // hook gate
             out = out * g4;
-            if let Some(p) = probe {
-                p.gate = Some(gv);
-            }
         }
+        let out = tap_heads(&mut tap, HeadSite::Z, out, frame); // hook z (B, H, Q, d_h)
         let out = out.swap_dims(1, 2).reshape([b, nq, d]); // (B, Q, d): heads concatenated
         match &self.wo {
             Some(wo) => wo.forward_in(out, c),

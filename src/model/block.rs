@@ -1,8 +1,9 @@
 //! The feed-forward network and the transformer block: each wiring is its equation
 //! (docs/reference.md §2–3).
 
-use super::attention::{Attention, LayerProbe};
+use super::attention::Attention;
 use super::context::{Ctx, LayerKv};
+use super::hooks::{Frame, StreamSite, Tap, tap_stream};
 use super::layers::{Compute, GainValue, Init, Linear, Norm, gain_param, mix, norm_or_id, scale};
 use crate::config::{BlockConfig, FfnConfig, Gain, ModelConfig};
 use crate::spa::SpaLayer;
@@ -165,39 +166,51 @@ impl Block {
         &self,
         h: Tensor<3>,
         ctx: &Ctx,
-        probe: Option<&mut LayerProbe>,
+        mut tap: Option<&mut Tap<'_>>,
         cache: Option<&mut LayerKv>,
     ) -> Tensor<3> {
         let [ga_sa, gb_sa, ga_ff, gb_ff] = self.gains;
+        let frame = Frame {
+            sink_tokens: ctx.sink_tokens,
+            q_start: ctx.q_start,
+            slot_cols: 0,
+        };
         match self.wiring {
             Wiring::PreNorm => {
                 // x̂ = α_SA x + β_SA Attn(N1(x));  out = α_FF x̂ + β_FF MLP(N2(x̂))
-                let a = self
-                    .attn
-                    .forward(norm_or_id(&self.norm1, h.clone()), ctx, probe, cache);
+                let u = norm_or_id(&self.norm1, h.clone());
+                let a = self.attn.forward(u, ctx, tap.as_deref_mut(), cache);
+                let a = tap_stream(&mut tap, StreamSite::AttnOut, a, frame);
                 let h = mix(vec![(h, &self.alpha_sa, ga_sa), (a, &self.beta_sa, gb_sa)]);
+                let h = tap_stream(&mut tap, StreamSite::ResidMid, h, frame);
                 let Some(mlp) = &self.mlp else {
                     return scale(h, &self.alpha_ff, ga_ff);
                 };
                 let m = mlp.forward(norm_or_id(&self.norm2, h.clone()), ctx.compute);
+                let m = tap_stream(&mut tap, StreamSite::MlpOut, m, frame);
                 mix(vec![(h, &self.alpha_ff, ga_ff), (m, &self.beta_ff, gb_ff)])
             }
             Wiring::PostNorm => {
                 // x = N1(x + Attn(x));  x = N2(x + MLP(x))
-                let h = norm_or_id(
-                    &self.norm1,
-                    h.clone() + self.attn.forward(h, ctx, probe, cache),
-                );
+                let a = self.attn.forward(h.clone(), ctx, tap.as_deref_mut(), cache);
+                let a = tap_stream(&mut tap, StreamSite::AttnOut, a, frame);
+                let h = norm_or_id(&self.norm1, h + a);
+                let h = tap_stream(&mut tap, StreamSite::ResidMid, h, frame);
                 match &self.mlp {
-                    Some(mlp) => norm_or_id(&self.norm2, h.clone() + mlp.forward(h, ctx.compute)),
+                    Some(mlp) => {
+                        let m = mlp.forward(h.clone(), ctx.compute);
+                        let m = tap_stream(&mut tap, StreamSite::MlpOut, m, frame);
+                        norm_or_id(&self.norm2, h + m)
+                    }
                     None => h,
                 }
             }
             Wiring::Parallel => {
                 // out = α x + β_SA Attn(N1(x)) + β_FF MLP(N(x)), N = N2 with separate norms
-                // (GPT-NeoX), else N1
+                // (GPT-NeoX), else N1; no resid_mid
                 let u = norm_or_id(&self.norm1, h.clone());
-                let a = self.attn.forward(u.clone(), ctx, probe, cache);
+                let a = self.attn.forward(u.clone(), ctx, tap.as_deref_mut(), cache);
+                let a = tap_stream(&mut tap, StreamSite::AttnOut, a, frame);
                 let mut terms = vec![
                     (h.clone(), &self.alpha_sa, ga_sa),
                     (a, &self.beta_sa, gb_sa),
@@ -207,7 +220,13 @@ impl Block {
                         Some(n2) => n2.forward(h),
                         None => u,
                     };
-                    terms.push((mlp.forward(u, ctx.compute), &self.beta_ff, gb_ff));
+                    let m = tap_stream(
+                        &mut tap,
+                        StreamSite::MlpOut,
+                        mlp.forward(u, ctx.compute),
+                        frame,
+                    );
+                    terms.push((m, &self.beta_ff, gb_ff));
                 }
                 mix(terms)
             }

@@ -171,9 +171,7 @@ impl Lm {
         );
         ctx.keep = policy.window.map(|w| (n_sink + policy.sinks, w));
         ctx.compute = self.compute;
-        for (block, layer) in self.blocks.iter().zip(cache.layers.iter_mut()) {
-            h = block.forward(h, &ctx, None, Some(layer));
-        }
+        h = self.walk(h, &ctx, 0..self.blocks.len(), None, Some(&mut cache.layers));
         cache.real = kept;
         cache.started = true;
         if first && n_sink > 0 {

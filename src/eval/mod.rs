@@ -1,7 +1,9 @@
 //! Evaluation and probing, shared by training and the analysis commands: device tensors of a
 //! batch, the masked validation loss (optionally under a residual-stream filter), and the probe
 //! pass that copies every layer's attention, keys, values and hidden states to the host for
-//! the pure metric maths of [`crate::metrics`].
+//! the pure metric maths of [`crate::metrics`]; [`heads`] the head scores' probe pass.
+
+pub mod heads;
 
 use crate::config::Experiment;
 use crate::data::Batch;
@@ -190,6 +192,40 @@ pub fn probe_each(
     queries: bool,
     f: &mut dyn FnMut(usize, Array, LayerArrays),
 ) {
+    let record = Record { queries, z: false };
+    probe_pass(
+        model,
+        probe,
+        chunk,
+        proxy,
+        device,
+        filter,
+        record,
+        &mut |l, x, a, _| f(l, x, a),
+    );
+}
+
+/// What the probe pass records beyond what the sink metrics read.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Record {
+    pub queries: bool,
+    /// Each head's mixed value z (B, H, T, d_h), the head scores' AHON.
+    pub z: bool,
+}
+
+/// [`probe_each`] that also hands over z (B, H, T, d_h) when `record.z`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn probe_pass(
+    model: &Lm,
+    probe: &Batch,
+    chunk: usize,
+    proxy: Proxy,
+    device: &Device,
+    filter: Option<&model::StreamFilter>,
+    record: Record,
+    f: &mut dyn FnMut(usize, Array, LayerArrays, Option<Array>),
+) {
+    let queries = record.queries;
     let model = model.valid();
     let chunk = chunk.max(1);
     let chunks: Vec<Tensor<2, Int>> = (0..probe.batch)
@@ -211,11 +247,12 @@ pub fn probe_each(
         values: Stack,
         hidden: Stack,
         input: Stack,
+        z: Stack,
         has_slots: bool,
         gate: (f64, usize),
     }
     let mut acc = Acc::default();
-    model.probe_by_layer(chunks, filter, &mut |l, c, input, p| {
+    model.probe_by_layer(chunks, filter, record.z, &mut |l, c, input, p| {
         let w = to_array(p.attn.expect("the probe path records attention weights"));
         acc.has_slots |= proxy == Proxy::ImplicitSlot || p.slot_cols + p.sink_tokens > 0;
         let (a, m) = split_attention(&w, p.slot_cols, p.sink_tokens, proxy);
@@ -224,6 +261,9 @@ pub fn probe_each(
         acc.mass.push(m);
         if queries {
             acc.queries.push(to_array(p.queries.expect("queries")));
+        }
+        if let Some(z) = p.z {
+            acc.z.push(to_array(z));
         }
         acc.keys.push(to_array(p.keys.expect("keys")));
         acc.values.push(to_array(p.values.expect("values")));
@@ -245,7 +285,8 @@ pub fn probe_each(
                 hidden: a.hidden.array(),
                 gate_mean: (a.gate.1 > 0).then(|| a.gate.0 / a.gate.1 as f64),
             };
-            f(l, a.input.array(), arrays);
+            let z = record.z.then(|| a.z.array());
+            f(l, a.input.array(), arrays, z);
         }
     });
 }
