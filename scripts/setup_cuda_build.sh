@@ -36,24 +36,7 @@ if ! command -v dpkg >/dev/null 2>&1; then
   echo "setup_cuda_build: not a Debian/Ubuntu machine (no dpkg): install LLVM 22 with the NVPTX target and its static libraries, point $LLVM_DIR at it, then run again" >&2
   exit 1
 fi
-need=()
-for p in "${PKGS[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || need+=("$p")
-done
-if [ "${#need[@]}" -gt 0 ]; then
-  if [ "$(id -u)" = 0 ]; then
-    sudo=()
-  elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
-    sudo=(sudo -n)
-  else
-    echo "setup_cuda_build: building the cuda feature needs the Debian packages ${need[*]} (LLVM 22 with NVPTX stands in for the LLVM bundle cubecl would download); run: sudo apt-get install -y --no-install-recommends ${need[*]}   then run this command again" >&2
-    exit 1
-  fi
-  echo "setup_cuda_build: installing ${need[*]}" >&2
-  export DEBIAN_FRONTEND=noninteractive
-  "${sudo[@]}" apt-get update -qq
-  "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-fi
+bash "$(dirname "$0")/apt_install.sh" setup_cuda_build "building the cuda feature (LLVM 22 with NVPTX stands in for the LLVM bundle cubecl would download)" "${PKGS[@]}"
 real="$LLVM_DIR/bin/llvm-config"
 if ! "$real" --targets-built | grep -qw NVPTX; then
   echo "setup_cuda_build: $real lacks the NVPTX target (targets: $("$real" --targets-built))" >&2

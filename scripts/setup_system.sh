@@ -31,23 +31,6 @@ if ! command -v dpkg >/dev/null 2>&1; then
   echo "setup_system: not a Debian/Ubuntu machine (no dpkg): install the equivalents of ${pkgs[*]} (Python venv, SLURM + munge, Mesa lavapipe Vulkan) by hand, then run again" >&2
   exit 1
 fi
-need=()
-for p in "${pkgs[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || need+=("$p")
-done
-if [ "${#need[@]}" -gt 0 ]; then
-  if [ "$(id -u)" = 0 ]; then
-    sudo=()
-  elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
-    sudo=(sudo -n)
-  else
-    echo "setup_system: the test suite needs the Debian packages ${need[*]} (venv for the Python readers, a one-node SLURM cluster, software Vulkan and LLVM 22 for the GPU smoke build); run: sudo apt-get install -y --no-install-recommends ${need[*]}   then run this command again" >&2
-    exit 1
-  fi
-  echo "setup_system: installing ${need[*]}" >&2
-  export DEBIAN_FRONTEND=noninteractive
-  "${sudo[@]}" apt-get update -qq
-  "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-fi
+bash "$(dirname "$0")/apt_install.sh" setup_system "the test suite (venv for the Python readers, a one-node SLURM cluster, software Vulkan and LLVM 22 for the GPU smoke build)" "${pkgs[@]}"
 # The tracel-llvm sentinel and llvm-config wrapper for the cuda build (packages installed above).
 [ "$quick" = 1 ] || bash "$(dirname "$0")/setup_cuda_build.sh"

@@ -103,6 +103,23 @@ pub fn probe_metrics_with(
     let proxy = Proxy::for_normaliser(&exp.model.attention.normaliser);
     let groups = crate::data::query_groups(&exp.data, &probe.inputs);
     let groups = groups.as_ref().map(|(g, n)| (g.as_slice(), *n));
+    let layers = summaries(model, probe, chunk, proxy, device, None, groups, layer_done);
+    SinkReport::from_summaries(&layers, &exp.metrics.eps, exp.metrics.k_max)
+}
+
+/// Every layer's [`LayerSummary`] of a probe batch ([`probe_each`]), calling `layer_done(l)`
+/// once block `l` has been reduced.
+#[allow(clippy::too_many_arguments)]
+fn summaries(
+    model: &Lm,
+    probe: &Batch,
+    chunk: usize,
+    proxy: Proxy,
+    device: &Device,
+    filter: Option<&model::StreamFilter>,
+    groups: Option<(&[usize], usize)>,
+    layer_done: &mut dyn FnMut(usize),
+) -> Vec<LayerSummary> {
     let mut layers = Vec::new();
     probe_each(
         model,
@@ -110,14 +127,14 @@ pub fn probe_metrics_with(
         chunk,
         proxy,
         device,
-        None,
+        filter,
         false,
         &mut |l, _, la| {
             layers.push(LayerSummary::of(&la, groups));
             layer_done(l);
         },
     );
-    SinkReport::from_summaries(&layers, &exp.metrics.eps, exp.metrics.k_max)
+    layers
 }
 
 /// The sink report of a probe batch, reduced layer by layer ([`probe_each`]): peak memory is
@@ -133,18 +150,15 @@ pub fn probe_report(
     (eps, k_max): (&[f64], usize),
     groups: Option<(&[usize], usize)>,
 ) -> SinkReport {
-    let mut layers = Vec::new();
-    probe_each(
+    let layers = summaries(
         model,
         probe,
         chunk,
         proxy,
         device,
         filter,
-        false,
-        &mut |_, _, la| {
-            layers.push(LayerSummary::of(&la, groups));
-        },
+        groups,
+        &mut |_| {},
     );
     SinkReport::from_summaries(&layers, eps, k_max)
 }
