@@ -8,6 +8,7 @@ mod cli;
 mod data_prepare;
 mod decoding;
 mod eval_cli;
+mod gpt2_reference;
 mod heads;
 mod hooks;
 mod interop;
