@@ -1,8 +1,9 @@
 //! `sinklab heads` (docs/reference.md §11): detection scores of every (layer, query head) on a
 //! probe — previous-token, duplicate-token and induction shares of the row, or
 //! TransformerLens's `detect_head` measures —, the dormancy scores (α₁, AHON, AHON-LN, row
-//! entropy, value drain, slot mass), the OV copying score from the weights, a class per head,
-//! one heat map per score and `heads.json`.
+//! entropy, value drain, slot mass), the OV copying score from the weights, on Bigram-Backcopy
+//! runs each trigger's copy score on validation windows, a class per head, one heat map per
+//! score and `heads.json`.
 
 use super::Output;
 use super::probes::batch_of;

@@ -282,10 +282,7 @@ impl TriggerCopy {
 
     /// What a heat map of the score says, for copy offset `g`.
     pub fn title(self, g: usize) -> String {
-        format!(
-            "trigger {} copy score: attention from trigger {} to q − {g}",
-            self.0, self.0
-        )
+        format!("trigger {} copy score A[q, q − {g}] on its queries", self.0)
     }
 
     /// The colour range of its heat map: a share of the row.
