@@ -32,6 +32,11 @@ Definitions (per head h; pairs (b, q) over every sequence b and query q):
   ahon[h]      = mean_{b,t} ||z[b,h,t]||;   ahon_ln[h] = ahon[h] / mean_h' ahon[h']
 Copying: for each matrix M (n x n) the eigenvalues from numpy.linalg.eigvals and
   copy = sum Re(lambda) / sum |lambda|.
+Per-trigger copy score (Bigram-Backcopy, docs/reference.md §10): tokens [B, T] with BOS (id 0)
+  at position 0, trigger i the token id 2 + i, offsets[i] its copy offset g_i; the queries of
+  trigger i are the (b, q) with tok[b, q] = 2 + i and q - g_i >= 1 (a task token to copy):
+  trigger_copy[i][h] = mean over them of A[b, h, q, q - g_i]  (NaN, written null, if none);
+  queries[i] their number. groups[b, q] = 1 + i on trigger i, else 0 (the input Rust reads).
 """
 import argparse
 import json
@@ -245,6 +250,49 @@ def case(name, rng, tokens, H, dh, sharp, slot_share, plants):
     }
 
 
+def trigger_copy(attn, tokens, offsets):
+    B, H, T, _ = attn.shape
+    out, counts = [], []
+    for i, g in enumerate(offsets):
+        total, count = np.zeros(H), 0
+        for b in range(B):
+            for q in range(T):
+                if tokens[b][q] == 2 + i and q - g >= 1:
+                    count += 1
+                    total += attn[b, :, q, q - g]
+        out.append([float(x / count) if count else None for x in total])
+        counts.append(count)
+    return out, counts
+
+
+def trigger_case(name, rng, B, T, H, offsets, n_triggers, vocab, plants):
+    """BOS then random ids (triggers frequent); head h puts `share` of trigger i's rows on q - g_i."""
+    p = np.ones(vocab - 2)
+    p[:n_triggers] = 4.0
+    body = rng.choice(np.arange(2, vocab), size=(B, T - 1), p=p / p.sum())
+    tokens = np.concatenate([np.zeros((B, 1), dtype=int), body], axis=1)
+    attn, _ = causal_rows(rng, B, H, T, 1.0, 0.0)
+    for h, i, share in plants:
+        g = offsets[i]
+        for b in range(B):
+            for q in range(T):
+                if tokens[b][q] == 2 + i and q - g >= 0:
+                    row = attn[b, h, q].copy() * (1 - share)
+                    row[q - g] += share
+                    attn[b, h, q] = row
+    attn = as_f32(attn)
+    groups = [[int(t - 1) if 2 <= t < 2 + n_triggers else 0 for t in row] for row in tokens]
+    score, counts = trigger_copy(attn, tokens, offsets)
+    return {
+        "name": name,
+        "tokens": tokens.tolist(),
+        "groups": groups,
+        "offsets": list(offsets),
+        "attn": f32_json(attn),
+        "expected": {"trigger_copy": score, "queries": counts},
+    }
+
+
 def eig_case(name, m):
     m = as_f32(m)
     ev = np.linalg.eigvals(m)
@@ -286,16 +334,26 @@ def main():
         eig_case("gaussian_64", rng.normal(0, 1, (64, 64))),
         eig_case("upper_triangular_5", np.triu(rng.normal(0, 1, (5, 5)))),
     ]
+    # the per-trigger copy score (its own stream, so the cases above keep their bytes)
+    rng = np.random.default_rng(32)
+    trigger = [
+        trigger_case("bb_offsets_1_2_3_4", rng, 3, 16, 4, [1, 2, 3, 4], 4, 12,
+                     [(0, 0, 0.9), (1, 1, 0.8), (2, 2, 0.7), (2, 3, 0.6)]),
+        trigger_case("bb_five_triggers_offsets_1_2", rng, 2, 20, 2, [1, 2, 1, 2, 1], 5, 10,
+                     [(1, 0, 0.5), (0, 1, 0.95)]),
+    ]
     doc = {
         "generated_by": "python3 scripts/reference_heads.py",
         "numpy_version": np.__version__,
         "cases": cases,
         "eig": eig,
+        "trigger_copy": trigger,
     }
     text = json.dumps(doc, sort_keys=True, separators=(",", ":")) + "\n"
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(text)
-    print(f"wrote {args.out}: {len(cases)} score cases, {len(eig)} eigenvalue cases, {len(text)} bytes")
+    print(f"wrote {args.out}: {len(cases)} score cases, {len(eig)} eigenvalue cases, "
+          f"{len(trigger)} per-trigger copy cases, {len(text)} bytes")
 
 
 if __name__ == "__main__":

@@ -81,6 +81,22 @@ pub struct Named {
     pub delta_bigram: Option<f64>,
 }
 
+/// `--task bb`: the copy metric split by trigger (the query groups: trigger i's targets are
+/// those whose input is trigger i; together they are the copy targets).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TriggerDeltas {
+    /// `[trigger]` the copy offset g_i.
+    pub offsets: Vec<usize>,
+    /// `[trigger]` the targets the metric is read at.
+    pub targets: Vec<usize>,
+    /// `[trigger]` the unablated metric.
+    pub baseline: Vec<f64>,
+    /// `[trigger][layer][head or group]` Δ, when every unit is scanned.
+    pub scan: Option<Vec<Vec<Vec<f64>>>>,
+    /// `[trigger]` Δ of the named set.
+    pub named: Option<Vec<f64>>,
+}
+
 /// Heads grouped by dormancy on the task batch, and how much their ablation moved the metric.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DormancyGroup {
@@ -131,6 +147,8 @@ pub struct AblateReport {
     pub scan_bigram: Option<Vec<Vec<f64>>>,
     pub groups: bool,
     pub named: Option<Named>,
+    /// With `--task bb`: the copy targets of each trigger measured apart.
+    pub triggers: Option<TriggerDeltas>,
     pub dormancy: Option<Dormancy>,
     pub seconds: f64,
     pub files: Vec<String>,
@@ -259,10 +277,28 @@ pub fn ablate(run: &OpenRun, o: &AblateOptions, log: &mut dyn FnMut(&str)) -> Re
         )?),
         None => None,
     };
+    // The passes: the whole metric, or the copy, bigram and each trigger's copy targets.
     let passes: Vec<Option<&Vec<f32>>> = match &tb.split {
-        Some((copy, bigram)) => vec![Some(copy), Some(bigram)],
+        Some((copy, bigram)) => [copy, bigram]
+            .into_iter()
+            .chain(&tb.by_trigger)
+            .map(Some)
+            .collect(),
         None => vec![None],
     };
+    let targets: Vec<usize> = tb
+        .by_trigger
+        .iter()
+        .map(|m| weights(Some(m)).iter().filter(|&&w| w > 0.0).count())
+        .collect();
+    if let Some(i) = targets.iter().position(|&n| n == 0) {
+        bail!(
+            "--task bb: trigger {i} has no copy target among the {} positions of {} sequences; \
+             raise --sequences or --len",
+            serde_json::to_value(o.positions)?.as_str().unwrap_or(""),
+            batch.batch
+        );
+    }
     let mut results = Vec::new();
     for mask in &passes {
         let p = Prepared::new(&run.model, &batch, &site_list, scoring(*mask), &run.device)?;
@@ -312,7 +348,18 @@ pub fn ablate(run: &OpenRun, o: &AblateOptions, log: &mut dyn FnMut(&str)) -> Re
         results.push(res);
     }
     let mut first = results.remove(0);
-    let second = results.pop();
+    let second = (!results.is_empty()).then(|| results.remove(0));
+    // what is left: one pass per trigger (`--task bb`)
+    let triggers = (!results.is_empty()).then(|| TriggerDeltas {
+        offsets: super::tasks::trigger_offsets(exp).unwrap_or_default(),
+        targets,
+        baseline: results.iter().map(|r| r.0).collect(),
+        scan: results.iter().map(|r| r.1.clone()).collect(),
+        named: results
+            .iter()
+            .map(|r| r.2.as_ref().map(|n| n.delta))
+            .collect(),
+    });
     if let (Some(n), Some((_, _, Some(n2), _))) = (first.2.as_mut(), &second) {
         n.delta_bigram = Some(n2.delta);
     }
@@ -383,6 +430,7 @@ pub fn ablate(run: &OpenRun, o: &AblateOptions, log: &mut dyn FnMut(&str)) -> Re
         scan_bigram: second.as_ref().and_then(|s| s.1.clone()),
         groups: matches!(o.units, Units::AllGroups),
         named: first.2.clone(),
+        triggers,
         dormancy,
         seconds: clock.elapsed().as_secs_f64(),
         files: Vec::new(),

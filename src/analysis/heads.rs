@@ -1,15 +1,20 @@
 //! `sinklab heads` (docs/reference.md §11): detection scores of every (layer, query head) on a
 //! probe — previous-token, duplicate-token and induction shares of the row, or
 //! TransformerLens's `detect_head` measures —, the dormancy scores (α₁, AHON, AHON-LN, row
-//! entropy, value drain, slot mass), the OV copying score from the weights, a class per head,
-//! one heat map per score and `heads.json`.
+//! entropy, value drain, slot mass), the OV copying score from the weights, on Bigram-Backcopy
+//! runs each trigger's copy score on validation windows, a class per head, one heat map per
+//! score and `heads.json`.
 
 use super::Output;
 use super::probes::batch_of;
+use super::tasks::trigger_offsets;
 use crate::data::Batch;
 use crate::data::repeat::repeat_probe;
 use crate::eval::heads::{OV_CIRCUIT, head_scores, ov_copy_scores};
-use crate::heads::{Class, LayerHeads, Measure, Score, Thresholds, classify, head_label};
+use crate::heads::{
+    Class, LayerHeads, Measure, Score, Thresholds, TriggerCopy, classify, head_label,
+    trigger_copy_score,
+};
 use crate::metrics::Proxy;
 use crate::plot::{self, Heatmap};
 use crate::progress::count;
@@ -91,7 +96,70 @@ pub struct HeadsReport {
     pub class_counts: BTreeMap<String, usize>,
     /// Score name → the five highest heads.
     pub top: BTreeMap<String, Vec<TopHead>>,
+    /// Bigram-Backcopy runs: each trigger's copy score on validation windows.
+    pub trigger_copy: Option<TriggerCopies>,
     pub files: Vec<String>,
+}
+
+/// The per-trigger copy scores of a Bigram-Backcopy run ([`trigger_copy_score`], docs/reference.md
+/// §11), read on validation windows (the task's own data, whatever probe the other scores use).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TriggerCopies {
+    pub sequences: usize,
+    /// Tokens per window (BOS included).
+    pub len: usize,
+    /// `[trigger]` the copy offset g_i.
+    pub offsets: Vec<usize>,
+    /// `[trigger]` the queries counted: input trigger i, q − g_i a task token.
+    pub queries: Vec<usize>,
+    /// `[trigger][layer][head]` the mean of A[q, q − g_i] over those queries.
+    pub scores: Vec<Vec<Vec<f64>>>,
+    /// `[trigger]` the head with the highest score (None when trigger i has no query).
+    pub top: Vec<Option<TopHead>>,
+}
+
+/// The per-trigger copy scores of a Bigram-Backcopy run on `sequences` validation windows of
+/// `len` tokens; `None` on other data.
+pub fn trigger_copies(
+    run: &OpenRun,
+    sequences: usize,
+    len: usize,
+) -> Result<Option<TriggerCopies>> {
+    let exp = &run.exp;
+    let Some(offsets) = trigger_offsets(exp) else {
+        return Ok(None);
+    };
+    let batch = crate::data::validation_batch(&run.data, sequences, len, exp.data.bos)?;
+    let Some((groups, _)) = crate::data::query_groups(&exp.data, &batch.inputs) else {
+        return Ok(None);
+    };
+    let first = usize::from(exp.data.bos);
+    let proxy = Proxy::for_normaliser(&exp.model.attention.normaliser);
+    // [layer] ([trigger][head], [trigger] counts)
+    let mut layers = Vec::new();
+    crate::eval::probe_each(
+        &run.model,
+        &batch,
+        exp.train.micro_batch.max(1),
+        proxy,
+        &run.device,
+        None,
+        false,
+        &mut |_, _, a| layers.push(trigger_copy_score(&a.attn, &groups, &offsets, first)),
+    );
+    let queries = layers.first().map(|l| l.1.clone()).unwrap_or_default();
+    let scores: Vec<Vec<Vec<f64>>> = (0..offsets.len())
+        .map(|i| layers.iter().map(|(s, _)| s[i].clone()).collect())
+        .collect();
+    let top = scores.iter().map(|s| top_heads(s, 1).pop()).collect();
+    Ok(Some(TriggerCopies {
+        sequences: batch.batch,
+        len: batch.len,
+        offsets,
+        queries,
+        scores,
+        top,
+    }))
 }
 
 impl HeadsReport {
@@ -213,14 +281,18 @@ pub fn top_heads(rows: &[Vec<f64>], k: usize) -> Vec<TopHead> {
 
 /// The heat map of one score, `rows[layer][head]`, in the layout of `importance_first.png`.
 pub fn score_map(rows: &[Vec<f64>], s: Score, what: &str) -> Result<Vec<u8>> {
+    head_map(rows, &format!("{} ({what})", s.title()), s.range())
+}
+
+fn head_map(rows: &[Vec<f64>], title: &str, range: Option<(f64, f64)>) -> Result<Vec<u8>> {
     plot::heatmap(&Heatmap {
-        title: &format!("{} ({what})", s.title()),
+        title,
         x_label: "head",
         y_label: "layer",
         rows,
         x_ticks: None,
         y_ticks: None,
-        range: s.range(),
+        range,
         annotate: true,
     })
 }
@@ -298,6 +370,7 @@ pub fn heads(run: &OpenRun, o: &HeadsOptions, log: &mut dyn FnMut(&str)) -> Resu
         classes,
         class_counts,
         top: BTreeMap::new(),
+        trigger_copy: trigger_copies(run, o.sequences, exp.model.ctx)?,
         files: Vec::new(),
     };
     let mut out = Output::new(o.out.clone(), o.tensorboard, run)?;
@@ -315,6 +388,24 @@ pub fn heads(run: &OpenRun, o: &HeadsOptions, log: &mut dyn FnMut(&str)) -> Resu
         for (l, r) in rows.iter().enumerate() {
             for (h, v) in r.iter().enumerate() {
                 scalars.push((s.tag(l, h), *v));
+            }
+        }
+    }
+    if let Some(tc) = &report.trigger_copy {
+        let what = format!("validation windows, {} × {}", tc.sequences, tc.len);
+        for (i, (rows, g)) in tc.scores.iter().zip(&tc.offsets).enumerate() {
+            let s = TriggerCopy(i);
+            report.top.insert(s.name(), top_heads(rows, 5));
+            let png = head_map(
+                rows,
+                &format!("{} ({what})", s.title(*g)),
+                Some(TriggerCopy::RANGE),
+            )?;
+            out.png(&s.png(), &format!("heads/{}_map", s.name()), png)?;
+            for (l, r) in rows.iter().enumerate() {
+                for (h, v) in r.iter().enumerate() {
+                    scalars.push((s.tag(l, h), *v));
+                }
             }
         }
     }

@@ -3,6 +3,7 @@
 //! Bigram-Backcopy's validation records split into copy and bigram targets, and the clean /
 //! corrupted prompt pairs of activation patching.
 
+use crate::config::{Experiment, SyntheticConfig};
 use crate::data::Batch;
 use crate::data::repeat::{distinct, repeat_probe};
 use crate::run::OpenRun;
@@ -31,6 +32,22 @@ pub struct TaskBatch {
     pub batch: Batch,
     /// (copy, bigram) target masks, (B, T) each.
     pub split: Option<(Vec<f32>, Vec<f32>)>,
+    /// Bigram-Backcopy: the copy mask split by trigger (the query groups: `[i]` keeps the
+    /// targets whose input is trigger i), (B, T) each; empty on other tasks.
+    pub by_trigger: Vec<Vec<f32>>,
+}
+
+/// Bigram-Backcopy's copy offset of each trigger, `offsets[i mod len]` (docs/reference.md
+/// §10); `None` on other data.
+pub fn trigger_offsets(exp: &Experiment) -> Option<Vec<usize>> {
+    match &exp.data.synthetic {
+        Some(SyntheticConfig::BigramBackcopy(bb)) => Some(
+            (0..bb.triggers)
+                .map(|i| bb.offsets[i % bb.offsets.len()])
+                .collect(),
+        ),
+        _ => None,
+    }
 }
 
 /// The batch of `task`: `sequences` sequences (a text may give fewer), seeded.
@@ -59,6 +76,7 @@ pub fn task_batch(run: &OpenRun, task: &Task, sequences: usize, seed: u64) -> Re
             TaskBatch {
                 batch: repeat_probe(&ids, *n, *reps, sequences, seed, bos)?,
                 split: None,
+                by_trigger: Vec::new(),
             }
         }
         Task::Natural { len } => {
@@ -66,6 +84,7 @@ pub fn task_batch(run: &OpenRun, task: &Task, sequences: usize, seed: u64) -> Re
             TaskBatch {
                 batch: crate::data::validation_batch(&run.data, sequences, *len, exp.data.bos)?,
                 split: None,
+                by_trigger: Vec::new(),
             }
         }
         Task::Text { file, len } => {
@@ -81,20 +100,33 @@ pub fn task_batch(run: &OpenRun, task: &Task, sequences: usize, seed: u64) -> Re
             TaskBatch {
                 batch: b,
                 split: None,
+                by_trigger: Vec::new(),
             }
         }
         Task::Bb { len } => {
             fits(*len)?;
             let b = crate::data::validation_batch(&run.data, sequences, *len, exp.data.bos)?;
-            let Some((copy, bigram)) = crate::data::split_targets(&exp.data, &b) else {
+            let split = crate::data::split_targets(&exp.data, &b);
+            let groups = crate::data::query_groups(&exp.data, &b.inputs);
+            let (Some((copy, bigram)), Some((groups, n))) = (split, groups) else {
                 bail!(
                     "--task bb needs a run trained on Bigram-Backcopy (data.synthetic = \
                      {{ kind = \"bigram_backcopy\" }}); use --task repeat, natural or text"
                 );
             };
+            let by_trigger = (1..n)
+                .map(|g| {
+                    copy.loss_mask
+                        .iter()
+                        .zip(&groups)
+                        .map(|(&m, &q)| if q == g { m } else { 0.0 })
+                        .collect()
+                })
+                .collect();
             TaskBatch {
                 batch: b,
                 split: Some((copy.loss_mask, bigram.loss_mask)),
+                by_trigger,
             }
         }
     })

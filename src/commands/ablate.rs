@@ -178,6 +178,38 @@ fn print(r: &AblateReport, dir: &std::path::Path) {
             println!("  bigram Δ of the same: {}", top.join(", "));
         }
     }
+    if let Some(t) = &r.triggers {
+        println!("  copy Δ by trigger (its targets: input trigger i):");
+        for (i, g) in t.offsets.iter().enumerate() {
+            let deltas = match (&t.scan, &t.named) {
+                (Some(scan), _) => {
+                    let mut all: Vec<(f64, String)> = scan[i]
+                        .iter()
+                        .enumerate()
+                        .flat_map(|(l, row)| {
+                            row.iter().enumerate().map(move |(h, &d)| {
+                                let kv = if r.groups { "kv " } else { "" };
+                                (d, format!("{kv}{l}.{h}"))
+                            })
+                        })
+                        .collect();
+                    all.sort_by(|a, b| b.0.total_cmp(&a.0));
+                    let top: Vec<String> = all
+                        .iter()
+                        .take(8)
+                        .map(|(d, l)| format!("{l} {d:+.4}"))
+                        .collect();
+                    format!("largest Δ {}", top.join(", "))
+                }
+                (None, Some(named)) => format!("named set Δ {:+.4}", named[i]),
+                (None, None) => String::new(),
+            };
+            println!(
+                "    trigger {i} (offset {g}, {} targets, baseline {:.4}): {deltas}",
+                t.targets[i], t.baseline[i]
+            );
+        }
+    }
     if let Some(d) = &r.dormancy {
         let group = |g: &crate::analysis::ablate::DormancyGroup| match (g.mean_delta, g.max_delta) {
             (Some(mean), Some(max)) => {

@@ -2,7 +2,7 @@
 
 use super::AnalysisArgs;
 use crate::analysis::heads::{self, HeadsOptions, HeadsReport, ProbeKind};
-use crate::heads::{Measure, Score, Thresholds, TlMeasure};
+use crate::heads::{Measure, Score, Thresholds, TlMeasure, TriggerCopy};
 use crate::progress::count;
 use anyhow::{Result, bail};
 use std::path::PathBuf;
@@ -139,6 +139,24 @@ fn print(r: &HeadsReport, dir: &std::path::Path) {
             .map(|t| format!("{} {:.3}", t.head, t.score))
             .collect();
         println!("  top {:<10} {}", s.name(), top.join(", "));
+    }
+    if let Some(tc) = &r.trigger_copy {
+        println!(
+            "  per-trigger copy score A[q, q − g] (validation windows, {} × {}):",
+            tc.sequences, tc.len
+        );
+        for (i, (top, g)) in tc.top.iter().zip(&tc.offsets).enumerate() {
+            let heads: Vec<String> = r.top[&TriggerCopy(i).name()]
+                .iter()
+                .map(|t| format!("{} {:.3}", t.head, t.score))
+                .collect();
+            let best = top.as_ref().map_or("none".into(), |t| t.head.clone());
+            println!(
+                "    trigger {i} (offset {g}, {} queries): copy head {best}; {}",
+                tc.queries[i],
+                heads.join(", ")
+            );
+        }
     }
     let counts: Vec<String> = r
         .class_counts

@@ -23,7 +23,10 @@
 //! - AHON = mean_{b,t} ‖z_{b,h,t}‖ (Sandoval-Segura et al.), AHON-LN = AHON / the layer's mean
 //!   AHON over heads;
 //! - OV copying score `Σ Re λ / Σ |λ|` over the eigenvalues of a d_h × d_h OV circuit
-//!   ([`copy_score`]; Elhage et al.): +1 a copier, −1 a copy suppressor.
+//!   ([`copy_score`]; Elhage et al.): +1 a copier, −1 a copy suppressor;
+//! - per-trigger copy score on Bigram-Backcopy ([`trigger_copy_score`], §10): for trigger i of
+//!   copy offset g_i, the mean over the queries q whose input is trigger i of A[q, q − g_i],
+//!   the share of the row on the token the next one copies.
 
 pub mod eig;
 
@@ -219,6 +222,79 @@ pub fn copy_score(m: &[f64], n: usize) -> Result<f64> {
     let abs: f64 = ev.iter().map(|e| e.abs()).sum();
     let re: f64 = ev.iter().map(|e| e.re).sum();
     Ok(if abs > 0.0 { re / abs } else { 0.0 })
+}
+
+/// The per-trigger copy score of every head on Bigram-Backcopy (docs/reference.md §10–§11):
+/// for trigger i with copy offset `offsets[i]` = g_i, the mean over the (sequence, query) pairs
+/// whose input is trigger i and whose copy source q − g_i is a task token (q − g_i ≥ `first`)
+/// of `A[q, q − g_i]`, a share of the whole row (slot mass included), as the primary pattern
+/// score. `groups` (B, T) are the task's query groups (0: no trigger, 1 + i: trigger i);
+/// `first` is the position of each sequence's first task token (1 after BOS, else 0): a trigger
+/// closer than g_i to it has nothing to copy (its next token is a bigram draw) and is not
+/// counted. Returns `[trigger][head]` (NaN where trigger i has no counted query) and the number
+/// of counted queries per trigger.
+pub fn trigger_copy_score(
+    attn: &Array,
+    groups: &[usize],
+    offsets: &[usize],
+    first: usize,
+) -> (Vec<Vec<f64>>, Vec<usize>) {
+    let [b, h, t, t2] = dims4(attn, "attention");
+    assert_eq!(t, t2, "attention (B, H, T, T)");
+    assert_eq!(groups.len(), b * t, "query groups (B, T)");
+    let n = offsets.len();
+    let mut sum = vec![vec![0.0; h]; n];
+    let mut count = vec![0usize; n];
+    for bi in 0..b {
+        for q in 0..t {
+            let Some(i) = groups[bi * t + q].checked_sub(1) else {
+                continue;
+            };
+            let g = offsets[i];
+            if q < first + g {
+                continue;
+            }
+            count[i] += 1;
+            for (hi, s) in sum[i].iter_mut().enumerate() {
+                *s += attn.data[((bi * h + hi) * t + q) * t + q - g] as f64;
+            }
+        }
+    }
+    let score = sum
+        .into_iter()
+        .zip(&count)
+        .map(|(s, &c)| s.into_iter().map(|x| x / c as f64).collect())
+        .collect();
+    (score, count)
+}
+
+/// The per-trigger copy score of trigger `i` as a named score (the one place its names are
+/// built): JSON key and top-list key `copy_trigger{i}`, metric tag
+/// `heads/copy_trigger{i}/layer{ll}_head{hh}`, heat map `heads_copy_trigger{i}.png` (the
+/// training probe's `bb/attn_first_trigger{i}/…` names the same queries).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TriggerCopy(pub usize);
+
+impl TriggerCopy {
+    pub fn name(self) -> String {
+        format!("copy_trigger{}", self.0)
+    }
+
+    /// What a heat map of the score says, for copy offset `g`.
+    pub fn title(self, g: usize) -> String {
+        format!("trigger {} copy score A[q, q − {g}] on its queries", self.0)
+    }
+
+    /// The colour range of its heat map: a share of the row.
+    pub const RANGE: (f64, f64) = (0.0, 1.0);
+
+    pub fn tag(self, l: usize, h: usize) -> String {
+        format!("heads/{}/{}", self.name(), head_key(l, h))
+    }
+
+    pub fn png(self) -> String {
+        format!("heads_{}.png", self.name())
+    }
 }
 
 /// How the three pattern scores are measured.

@@ -173,3 +173,60 @@ fn classes_follow_the_documented_order() {
     );
     assert_eq!(Score::AhonLn.png(), "heads_ahon_ln.png");
 }
+
+#[test]
+fn the_trigger_copy_score_reads_each_triggers_copy_source() {
+    // One sequence, BOS at 0, task tokens from 1; triggers 0, 1, 2 with offsets 1, 2, 3.
+    // Queries (groups): 2 → trigger 1 (q − 2 = 0 is BOS: nothing to copy, not counted),
+    // 3 and 6 → trigger 0, 5 → trigger 1; trigger 2 never occurs.
+    let t = 8;
+    let groups = [0, 0, 2, 1, 0, 2, 1, 0];
+    let offsets = [1, 2, 3];
+    let mut a = vec![0f32; 2 * t * t];
+    let mut put = |h: usize, q: usize, j: usize, w: f32| {
+        a[(h * t + q) * t + j] += w;
+        a[(h * t + q) * t] += 1.0 - w; // the rest of the row on column 0
+    };
+    for (q, &g) in groups.iter().enumerate() {
+        match (g, q) {
+            (2, 2) => {
+                put(0, q, 0, 1.0); // on q − 2 = BOS: would count 1.0 if the query were kept
+                put(1, q, 1, 1.0);
+            }
+            (1, _) => {
+                put(0, q, q - 1, 0.8);
+                put(1, q, 0, 1.0);
+            }
+            (2, _) => {
+                put(0, q, q - 2, 0.3);
+                put(1, q, q - 2, 1.0);
+            }
+            _ => {
+                put(0, q, 0, 1.0);
+                put(1, q, 0, 1.0);
+            }
+        }
+    }
+    let attn = Array::new(vec![1, 2, t, t], a);
+    let (score, counts) = trigger_copy_score(&attn, &groups, &offsets, 1);
+    assert_eq!(counts, vec![2, 1, 0]);
+    assert!(
+        (score[0][0] - 0.8).abs() < 1e-7 && score[0][1] == 0.0,
+        "{score:?}"
+    );
+    assert!(
+        (score[1][0] - 0.3).abs() < 1e-7 && score[1][1] == 1.0,
+        "{score:?}"
+    );
+    assert!(score[2].iter().all(|s| s.is_nan()), "{score:?}");
+    // without BOS (first = 0) the query at 2 copies position 0 and counts
+    let (score, counts) = trigger_copy_score(&attn, &groups, &offsets, 0);
+    assert_eq!(counts, vec![2, 2, 0]);
+    assert!((score[1][0] - 0.65).abs() < 1e-7, "{score:?}");
+    assert!((score[1][1] - 0.5).abs() < 1e-7, "{score:?}");
+    assert_eq!(
+        TriggerCopy(3).tag(0, 2),
+        "heads/copy_trigger3/layer00_head02"
+    );
+    assert_eq!(TriggerCopy(0).png(), "heads_copy_trigger0.png");
+}

@@ -123,6 +123,29 @@ fn every_head_score_matches_numpy() {
     }
 }
 
+#[test]
+fn the_trigger_copy_score_matches_numpy() {
+    let g = common::golden("heads_golden.json");
+    for c in g["trigger_copy"].as_array().unwrap() {
+        let name = c["name"].as_str().unwrap();
+        let ints = |v: &Value| -> Vec<usize> {
+            v.as_array()
+                .unwrap()
+                .iter()
+                .flat_map(|r| r.as_array().cloned().unwrap_or_else(|| vec![r.clone()]))
+                .map(|x| x.as_u64().unwrap() as usize)
+                .collect()
+        };
+        let (groups, offsets) = (ints(&c["groups"]), ints(&c["offsets"]));
+        let (score, queries) = heads::trigger_copy_score(&array(&c["attn"]), &groups, &offsets, 1);
+        assert_eq!(queries, ints(&c["expected"]["queries"]), "{name} queries");
+        let want = c["expected"]["trigger_copy"].as_array().unwrap();
+        for (i, (got, want)) in score.iter().zip(want).enumerate() {
+            close(got, &list(want), 1e-9, &format!("{name} trigger {i}"));
+        }
+    }
+}
+
 /// α₁ comes out of the head probe exactly as out of the sink probe (the same arrays through
 /// the same functions), on every zoo variant.
 #[test]
@@ -186,6 +209,7 @@ fn heads_command_writes_every_score_and_refuses_what_does_not_fit() {
         serde_json::from_str(&std::fs::read_to_string(out.join("heads.json")).unwrap()).unwrap();
     assert_eq!((r.n_layers, r.n_heads, r.probe.len), (2, 4, 31));
     assert_eq!(r.measure, Measure::Primary);
+    assert_eq!(r.trigger_copy, None, "a text run has no triggers");
     for s in Score::ALL {
         let rows = r.score(s);
         assert_eq!(rows.len(), 2);
