@@ -2,6 +2,7 @@
 //! together, plus the per-head sink map image and histogram and text cards.
 
 use crate::checkpoint;
+use crate::heads::{LayerHeads, Score};
 use crate::metrics::{Proxy, SinkReport};
 use crate::plot::{self, Heatmap};
 use crate::tensorboard::{EventWriter, plugins};
@@ -38,6 +39,27 @@ fn layout() -> Vec<u8> {
             ],
         ),
         (
+            "heads",
+            vec![
+                (
+                    "previous-token score, by head (repeat probe)",
+                    re(&[r"heads/previous/.*"]),
+                ),
+                (
+                    "induction score, by head (repeat probe)",
+                    re(&[r"heads/induction/.*"]),
+                ),
+                (
+                    "first-token importance α₁, by head (repeat probe)",
+                    re(&[r"heads/alpha1/.*"]),
+                ),
+                (
+                    "AHON-LN: ‖z_h‖ / the layer's mean, by head (repeat probe)",
+                    re(&[r"heads/ahon_ln/.*"]),
+                ),
+            ],
+        ),
+        (
             "loss",
             vec![
                 (
@@ -45,6 +67,10 @@ fn layout() -> Vec<u8> {
                     re(&[r"train/loss$", r"val/loss.*"]),
                 ),
                 ("synthetic task: copy vs bigram loss", re(&[r"bb/loss_.*"])),
+                (
+                    "repeat task: repeated vs fresh targets",
+                    re(&[r"repeat/loss_.*"]),
+                ),
                 (
                     "synthetic task: attention to BOS, dormant vs active queries",
                     re(&[r"bb/attn_first_.*"]),
@@ -70,6 +96,25 @@ pub fn importance_map(rows: &[Vec<f64>], title: &str) -> Result<Vec<u8>> {
         x_ticks: None,
         y_ticks: None,
         range: Some((0.0, 1.0)),
+        annotate: true,
+    })
+}
+
+/// The heat map of one score, `rows[layer][head]`, in the layout of `importance_first.png`.
+pub fn score_map(rows: &[Vec<f64>], s: Score, what: &str) -> Result<Vec<u8>> {
+    head_map(rows, &format!("{} ({what})", s.title()), s.range())
+}
+
+/// A (layer × head) heat map: layers down, heads across, each value written in its cell.
+pub fn head_map(rows: &[Vec<f64>], title: &str, range: Option<(f64, f64)>) -> Result<Vec<u8>> {
+    plot::heatmap(&Heatmap {
+        title,
+        x_label: "head",
+        y_label: "layer",
+        rows,
+        x_ticks: None,
+        y_ticks: None,
+        range,
         annotate: true,
     })
 }
@@ -193,6 +238,24 @@ impl Recorder {
                     .add_histogram("sink/importance_first_hist", step as i64, &values)
             })
             .with_context(|| format!("writing {at}"))?;
+        Ok(())
+    }
+
+    /// The live head scores' maps at `step` ([`Score::LIVE`]): the heat map [`score_map`] of
+    /// each score as the image `heads/{name}_map`.
+    pub fn head_maps(&mut self, step: u64, layers: &[LayerHeads]) -> Result<()> {
+        let at = self.tb.path().display().to_string();
+        for s in Score::LIVE {
+            let rows: Vec<Vec<f64>> = layers
+                .iter()
+                .map(|l| l.get(s).expect("a probe score").to_vec())
+                .collect();
+            let png = score_map(&rows, s, "repeat probe")?;
+            let (w, h) = plot::png_size(&png)?;
+            self.tb
+                .add_png(&format!("heads/{}_map", s.name()), step as i64, w, h, png)
+                .with_context(|| format!("writing {at}"))?;
+        }
         Ok(())
     }
 

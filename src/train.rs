@@ -209,6 +209,8 @@ struct Trainer<'a> {
     val: Batch,
     val_plain: Option<Batch>,
     probe: Batch,
+    /// The live head scores' repeat probe (`metrics.heads`), when enabled.
+    head_probe: Option<Batch>,
     /// Taken out only while an optimizer step replaces it (AdamW consumes the model, so that
     /// parameters it alone holds are updated in place).
     model: Option<Lm>,
@@ -368,6 +370,7 @@ impl<'a> Trainer<'a> {
             exp.data.bos,
         )?;
         sampler.apply_token_changes(&mut probe);
+        let head_probe = data::repeat::live_probe(&exp.metrics.heads, &data, exp.data.bos)?;
         let mut rec = Recorder::open(&run_dir, start.resumed_step())?;
         if start.resume_from.is_none() {
             rec.text(
@@ -409,6 +412,7 @@ impl<'a> Trainer<'a> {
             val,
             val_plain,
             probe,
+            head_probe,
             model: Some(model),
             adam,
             device,
@@ -523,13 +527,25 @@ impl<'a> Trainer<'a> {
                 eval_loss(self.model(), &bigram, chunk, dev),
             ));
         }
+        if let Some((repeated, fresh)) = data::split_repeated(&self.exp.data, &self.val) {
+            let dev = &self.base_device;
+            scalars.push((
+                "repeat/loss_repeated".into(),
+                eval_loss(self.model(), &repeated, chunk, dev),
+            ));
+            scalars.push((
+                "repeat/loss_fresh".into(),
+                eval_loss(self.model(), &fresh, chunk, dev),
+            ));
+        }
         self.rec.scalars(step, &scalars)?;
         self.summary.last_val_loss = Some(v);
         self.summary.last_val_step = Some(step);
         Ok(())
     }
 
-    /// Every sink metric and gain on the probe set at `step`, and the per-head sink map.
+    /// Every sink metric and gain on the probe set at `step`, the per-head sink map, and the
+    /// live head scores with their maps (`metrics.heads`).
     fn probe(&mut self, step: u64) -> Result<()> {
         let chunk = self.exp.train.micro_batch;
         let report = probe_metrics(
@@ -541,9 +557,26 @@ impl<'a> Trainer<'a> {
         );
         let mut scalars = report.scalars();
         scalars.extend(gain_scalars(self.model()));
-        self.rec.scalars(step, &scalars)?;
         let proxy = crate::metrics::Proxy::for_normaliser(&self.exp.model.attention.normaliser);
+        let heads = self.head_probe.as_ref().map(|hp| {
+            crate::eval::heads::head_scores(
+                self.model(),
+                hp,
+                chunk,
+                proxy,
+                crate::heads::Measure::Primary,
+                &self.base_device,
+                &mut |_| {},
+            )
+        });
+        if let Some(layers) = &heads {
+            scalars.extend(crate::heads::live_scalars(layers));
+        }
+        self.rec.scalars(step, &scalars)?;
         self.rec.sink_map(step, &report, proxy)?;
+        if let Some(layers) = &heads {
+            self.rec.head_maps(step, layers)?;
+        }
         self.rec.flush()?;
         self.summary.last_sink1 = report.sink1();
         Ok(())

@@ -16,8 +16,8 @@ use crate::heads::{
     trigger_copy_score,
 };
 use crate::metrics::Proxy;
-use crate::plot::{self, Heatmap};
 use crate::progress::count;
+use crate::recorder::{head_map, score_map};
 use crate::run::OpenRun;
 use anyhow::{Context, Result, bail};
 use rand::SeedableRng;
@@ -277,24 +277,6 @@ pub fn top_heads(rows: &[Vec<f64>], k: usize) -> Vec<TopHead> {
     all.sort_by(|a, b| b.score.total_cmp(&a.score));
     all.truncate(k);
     all
-}
-
-/// The heat map of one score, `rows[layer][head]`, in the layout of `importance_first.png`.
-pub fn score_map(rows: &[Vec<f64>], s: Score, what: &str) -> Result<Vec<u8>> {
-    head_map(rows, &format!("{} ({what})", s.title()), s.range())
-}
-
-fn head_map(rows: &[Vec<f64>], title: &str, range: Option<(f64, f64)>) -> Result<Vec<u8>> {
-    plot::heatmap(&Heatmap {
-        title,
-        x_label: "head",
-        y_label: "layer",
-        rows,
-        x_ticks: None,
-        y_ticks: None,
-        range,
-        annotate: true,
-    })
 }
 
 /// A probe's short description for titles.

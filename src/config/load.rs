@@ -557,7 +557,9 @@ pub fn from_str(name: &str, text: &str) -> Result<Experiment, ConfigErrors> {
 
 /// Fill the defaults that depend on other keys into a merged experiment table, before it is
 /// deserialized (so that `resolved.toml` records them): `data.synthetic.length` =
-/// `model.ctx + 1`; a SAS / SAS-P block without `beta_ff`
+/// `model.ctx + 1`; `metrics.heads.n` = (min(`model.ctx`, `metrics.probe_len`) − 1) / 2, at
+/// most a synthetic task's vocabulary − 1 (or `metrics.heads.enabled = false` where that is
+/// below 2); a SAS / SAS-P block without `beta_ff`
 /// gets `{ init = sas_beta_ff_init(model.n_layers), trainable = true }`. Values of the wrong
 /// type are left alone for deserialization to report.
 fn fill_dependent_defaults(table: &mut toml::Table) {
@@ -571,6 +573,40 @@ fn fill_dependent_defaults(table: &mut toml::Table) {
         && !syn.contains_key("length")
     {
         syn.insert("length".into(), toml::Value::Integer(ctx + 1));
+    }
+    // metrics.heads.n: the longest repeat probe [first, R, R] that fits the probe length
+    let probe_len = match table.get("metrics").and_then(|m| m.get("probe_len")) {
+        Some(toml::Value::Integer(p)) if *p > 0 => *p,
+        _ => MetricsConfig::default().probe_len as i64,
+    };
+    // a synthetic task's probe draws its n distinct tokens (and a first one) from few tokens
+    let task_vocab = table
+        .get("data")
+        .and_then(|d| d.get("synthetic"))
+        .map(|syn| match syn.get("chain").and_then(toml::Value::as_str) {
+            Some("shakespeare_chars") => SHAKESPEARE_CHARS as i64,
+            _ => match syn.get("vocab") {
+                Some(toml::Value::Integer(v)) => *v,
+                _ => RepeatTask::default().vocab as i64,
+            },
+        });
+    let n = ((ctx.min(probe_len) - 1) / 2).min(task_vocab.map_or(i64::MAX, |v| v - 1));
+    let metrics = table
+        .entry("metrics")
+        .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+    if let toml::Value::Table(metrics) = metrics
+        && let toml::Value::Table(heads) = metrics
+            .entry("heads")
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()))
+        && !heads.contains_key("n")
+    {
+        if n >= 2 {
+            heads.insert("n".into(), toml::Value::Integer(n));
+        } else if !heads.contains_key("enabled") {
+            // no repeat probe fits (model.ctx < 5 or a task of 2 tokens): off, and said so in
+            // resolved.toml
+            heads.insert("enabled".into(), toml::Value::Boolean(false));
+        }
     }
     let Some(toml::Value::Table(model)) = table.get_mut("model") else {
         return;

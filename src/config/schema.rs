@@ -186,6 +186,90 @@ impl Default for SourceConfig {
 pub enum SyntheticConfig {
     /// Guo et al. (2024)'s Bigram-Backcopy task (`src/data/synthetic.rs`).
     BigramBackcopy(BigramBackcopy),
+    /// Random segments repeated within each sequence, the in-context task on which induction
+    /// heads form (Olsson et al. 2022; `src/data/synthetic.rs`).
+    Repeat(RepeatTask),
+}
+
+impl SyntheticConfig {
+    /// The `kind` string.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            SyntheticConfig::BigramBackcopy(_) => "bigram_backcopy",
+            SyntheticConfig::Repeat(_) => "repeat",
+        }
+    }
+
+    /// Ordinary tokens of the task (the two special tokens come on top).
+    pub fn task_vocab(&self) -> usize {
+        match self {
+            SyntheticConfig::BigramBackcopy(bb) => bb.chain_vocab(),
+            SyntheticConfig::Repeat(r) => r.vocab,
+        }
+    }
+
+    /// Tokens per generated record (`length`; filled with model.ctx + 1 when loading).
+    pub fn length(&self) -> Option<usize> {
+        match self {
+            SyntheticConfig::BigramBackcopy(bb) => bb.length,
+            SyntheticConfig::Repeat(r) => r.length,
+        }
+    }
+
+    /// Training records generated.
+    pub fn sequences(&self) -> usize {
+        match self {
+            SyntheticConfig::BigramBackcopy(bb) => bb.sequences,
+            SyntheticConfig::Repeat(r) => r.sequences,
+        }
+    }
+}
+
+/// The repeat task: every record is a run of segments of n ~ U{min_segment..=max_segment}
+/// tokens; each is, with probability `copy_probability`, a copy of a uniformly chosen earlier
+/// fresh segment of the record (so copies sit at every distance, and only content-based
+/// copying, an induction head, predicts them), else a fresh segment of tokens drawn uniformly
+/// from the `vocab` ordinary tokens; the last is cut at the record's end. Token ids:
+/// `<|bos|>` = 0, `<|endoftext|>` = 1, then t0 … t{vocab−1}.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RepeatTask {
+    /// Ordinary tokens.
+    pub vocab: usize,
+    /// Shortest segment.
+    pub min_segment: usize,
+    /// Longest segment.
+    pub max_segment: usize,
+    /// Probability that a segment after the first copies an earlier one.
+    pub copy_probability: f64,
+    /// Probability that a fresh token (from a segment's third on) is σ(the token two before),
+    /// σ a fixed random permutation of the vocabulary, instead of uniform: a skip-bigram that
+    /// only a model that moves the previous token forward (a previous-token head) can use, as
+    /// natural text rewards it (0: fresh tokens are pure noise).
+    pub skip_bigram: f64,
+    /// Seed of the generated records.
+    pub task_seed: u64,
+    /// Training sequences generated; validation gets `val_fraction` as many more.
+    pub sequences: usize,
+    /// Tokens per generated sequence, BOS not included (at least model.ctx + 1). Absent:
+    /// model.ctx + 1, written out in resolved.toml.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub length: Option<usize>,
+}
+
+impl Default for RepeatTask {
+    fn default() -> Self {
+        Self {
+            vocab: 64,
+            min_segment: 4,
+            max_segment: 16,
+            copy_probability: 0.5,
+            skip_bigram: 0.5,
+            task_seed: 0,
+            sequences: 65536,
+            length: None,
+        }
+    }
 }
 
 /// The bigram chain Bigram-Backcopy copies through.
@@ -573,6 +657,39 @@ pub struct MetricsConfig {
     pub eps: Vec<f64>,
     /// Report Sink_k for k = 1..=k_max.
     pub k_max: usize,
+    /// The live head scores (`[metrics.heads]`).
+    pub heads: HeadMetricsConfig,
+}
+
+/// `metrics.heads`: the head scores of docs/reference.md §11 (previous-token, induction, α₁,
+/// AHON-LN; shares of the whole row) as live metrics, every `metrics.every` steps, on a seeded
+/// repeat probe [first, R, R] (R: `n` distinct random ordinary tokens; first: BOS when the
+/// run uses BOS, else one more random token), fixed for the whole run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HeadMetricsConfig {
+    /// Log them: one scalar per (score, layer, head) `heads/{score}/layer{ll}_head{hh}`, and a
+    /// (layer × head) map image per score.
+    pub enabled: bool,
+    /// Segment length n of the probe (T = 2n + 1 ≤ model.ctx). Absent: (min(model.ctx,
+    /// metrics.probe_len) − 1) / 2 (at most a synthetic task's vocabulary − 1; 31 with the
+    /// default ctx and probe_len), written out in resolved.toml.
+    pub n: usize,
+    /// Probe sequences.
+    pub sequences: usize,
+    /// Seed of the probe.
+    pub seed: u64,
+}
+
+impl Default for HeadMetricsConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            n: 31,
+            sequences: 8,
+            seed: 0,
+        }
+    }
 }
 
 impl Default for MetricsConfig {
@@ -583,6 +700,7 @@ impl Default for MetricsConfig {
             probe_len: 64,
             eps: EPS_GRID.to_vec(),
             k_max: 10,
+            heads: HeadMetricsConfig::default(),
         }
     }
 }

@@ -404,3 +404,57 @@ fn the_readme_defaults_are_the_defaults_of_a_table_given_only_its_kind() {
     let rope = from_str("r.toml", "[model]\npositions = { kind = \"rope\" }\n").unwrap();
     assert_eq!(rope.model.positions, PositionsConfig::default());
 }
+
+#[test]
+fn the_repeat_task_and_the_live_head_probe_are_checked() {
+    // defaults: n follows ctx and probe_len, and a task's vocabulary; off where nothing fits
+    let exp = from_str(
+        "a.toml",
+        "[model]\nctx = 32\n[train]\nbatch_tokens = 512\n[metrics]\nprobe_len = 20\n",
+    )
+    .unwrap();
+    assert_eq!((exp.metrics.heads.enabled, exp.metrics.heads.n), (true, 9));
+    let exp = from_str(
+        "b.toml",
+        "[data]\nsynthetic = { kind = \"repeat\", vocab = 6 }\n[model]\nctx = 64\n",
+    )
+    .unwrap();
+    assert_eq!(exp.metrics.heads.n, 5);
+    assert!(exp.to_toml().contains("n = 5"), "{}", exp.to_toml());
+    let exp = from_str(
+        "c.toml",
+        "[model]\nctx = 4\n[train]\nbatch_tokens = 64\n[metrics]\nprobe_len = 4\nk_max = 4\n",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert!(!exp.metrics.heads.enabled);
+    // every bad value named by its path
+    let text = r#"
+[data]
+synthetic = { kind = "repeat", vocab = 1, min_segment = 5, max_segment = 3, copy_probability = 1.5, skip_bigram = -0.1, sequences = 0, length = 10 }
+[model]
+ctx = 32
+[train]
+batch_tokens = 512
+[metrics]
+probe_len = 16
+heads = { n = 16, sequences = 0 }
+"#;
+    let e = from_str("bad.toml", text).unwrap_err().to_string();
+    for want in [
+        "data.synthetic.vocab",
+        "data.synthetic.max_segment",
+        "data.synthetic.copy_probability",
+        "data.synthetic.skip_bigram",
+        "data.synthetic.sequences",
+        "data.synthetic.length",
+        "metrics.heads.n",
+        "metrics.heads.sequences",
+    ] {
+        assert!(e.contains(want), "{want} missing in:\n{e}");
+    }
+    assert!(e.contains("2 ≤ n ≤ (model.ctx − 1) / 2 = 15"), "{e}");
+    let e = from_str("u.toml", "[metrics.heads]\nevery = 3\n")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("metrics.heads") && e.contains("every"), "{e}");
+}

@@ -338,7 +338,7 @@ impl Experiment {
                 );
             }
         }
-        if let Some(SyntheticConfig::BigramBackcopy(bb)) = &d.synthetic {
+        if let Some(task) = &d.synthetic {
             let dflt = DataConfig::default();
             if d.corpus != dflt.corpus || d.tokenizer != dflt.tokenizer {
                 bad(
@@ -346,6 +346,52 @@ impl Experiment {
                     "a generated task brings its own tokens: leave data.corpus and data.tokenizer unset".into(),
                 );
             }
+            let p = |k: &str| format!("data.synthetic.{k}");
+            if task.sequences() == 0 {
+                bad(&p("sequences"), "found 0, expected at least 1".into());
+            }
+            if let Some(len) = task.length()
+                && len < m.ctx + 1
+            {
+                bad(
+                    &p("length"),
+                    format!(
+                        "found {len}, expected at least model.ctx + 1 = {} (one training window)",
+                        m.ctx + 1
+                    ),
+                );
+            }
+        }
+        if let Some(SyntheticConfig::Repeat(r)) = &d.synthetic {
+            let p = |k: &str| format!("data.synthetic.{k}");
+            if r.vocab < 2 || r.vocab > 65_000 {
+                bad(
+                    &p("vocab"),
+                    format!("found {}, expected 2..=65000", r.vocab),
+                );
+            }
+            if r.min_segment == 0 {
+                bad(&p("min_segment"), "found 0, expected at least 1".into());
+            }
+            if r.max_segment < r.min_segment {
+                bad(
+                    &p("max_segment"),
+                    format!(
+                        "found {}, expected at least min_segment = {}",
+                        r.max_segment, r.min_segment
+                    ),
+                );
+            }
+            for (key, v) in [
+                ("copy_probability", r.copy_probability),
+                ("skip_bigram", r.skip_bigram),
+            ] {
+                if !(0.0..=1.0).contains(&v) {
+                    bad(&p(key), format!("found {v}, expected 0 ≤ p ≤ 1"));
+                }
+            }
+        }
+        if let Some(SyntheticConfig::BigramBackcopy(bb)) = &d.synthetic {
             let p = |k: &str| format!("data.synthetic.{k}");
             if bb.vocab < 2 || bb.vocab > 65_000 {
                 bad(
@@ -402,20 +448,6 @@ impl Experiment {
                 bad(
                     &p("concentration"),
                     format!("found {}, expected a finite number > 0", bb.concentration),
-                );
-            }
-            if bb.sequences == 0 {
-                bad(&p("sequences"), "found 0, expected at least 1".into());
-            }
-            if let Some(len) = bb.length
-                && len < m.ctx + 1
-            {
-                bad(
-                    &p("length"),
-                    format!(
-                        "found {len}, expected at least model.ctx + 1 = {} (one training window)",
-                        m.ctx + 1
-                    ),
                 );
             }
         }
@@ -548,6 +580,26 @@ impl Experiment {
                 bad(
                     &format!("metrics.eps.{i}"),
                     format!("found {e}, expected 0 < ε < 1"),
+                );
+            }
+        }
+        let hm = &mt.heads;
+        if hm.enabled {
+            let n = hm.n;
+            if n < 2 || 2 * n + 1 > m.ctx {
+                bad(
+                    "metrics.heads.n",
+                    format!(
+                        "found {n}, expected 2 ≤ n ≤ (model.ctx − 1) / 2 = {} (the probe [first, R, R] \
+                         has 2n + 1 tokens); or metrics.heads.enabled = false",
+                        (m.ctx.max(1) - 1) / 2
+                    ),
+                );
+            }
+            if hm.sequences == 0 {
+                bad(
+                    "metrics.heads.sequences",
+                    "found 0, expected an integer ≥ 1".into(),
                 );
             }
         }

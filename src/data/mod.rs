@@ -31,7 +31,7 @@ mod tokens;
 
 pub use prepare::{BATCH_BYTES, DomainManifest, Manifest, Shard, check, read_manifest};
 pub use source::FileRead;
-pub use synthetic::{BbTask, query_groups, split_targets};
+pub use synthetic::{BbTask, query_groups, split_repeated, split_targets};
 pub use text::text_batch;
 pub use tokens::{Tokens, Width};
 

@@ -86,6 +86,36 @@ pub fn repeat_probe(
     })
 }
 
+/// The live head scores' probe of a training run (`metrics.heads`): [`repeat_probe`] with
+/// reps 2 over the dataset's ordinary tokens, BOS first when the run uses BOS; `None` when
+/// disabled.
+pub fn live_probe(
+    cfg: &crate::config::HeadMetricsConfig,
+    data: &super::Dataset,
+    bos: bool,
+) -> Result<Option<Batch>> {
+    if !cfg.enabled {
+        return Ok(None);
+    }
+    let n = cfg.n;
+    let tok = &data.tokenizer;
+    let ids = tok.regular_ids(data.vocab_size() as u32);
+    let b = repeat_probe(
+        &ids,
+        n,
+        2,
+        cfg.sequences,
+        cfg.seed,
+        bos.then_some(tok.bos_id),
+    )
+    .map_err(|e| {
+        anyhow::anyhow!(
+            "metrics.heads: {e} (set metrics.heads.n lower, or metrics.heads.enabled = false)"
+        )
+    })?;
+    Ok(Some(b))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

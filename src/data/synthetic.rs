@@ -23,9 +23,23 @@
 //! triggers; for t ≥ 2, if x_{t−1} is a trigger of offset g and t − 1 − g ≥ 1, then
 //! x_t = x_{t−1−g}; otherwise x_t ~ row x_{t−1} of the bigram. Training and validation
 //! sequences are independent draws ("records"), each long enough for one training window.
+//!
+//! **Repeat** (Olsson et al. 2022, "In-context Learning and Induction Heads"; docs/reference.md
+//! §11). Every record is a run of segments of n ~ U{min_segment..=max_segment} tokens; each
+//! segment after the first is, with probability `copy_probability`, a copy of a uniformly
+//! chosen earlier fresh segment of the record, else fresh tokens uniform over the vocabulary.
+//! A fresh token cannot be predicted (ln V nats); a copied one can, once its segment has
+//! started, by a two-layer circuit: a layer-0 previous-token head writes "the token before me"
+//! into each position, and a layer-1 induction head attends from the current token to the
+//! position after its earlier occurrence and copies that token. Copies sit at every distance,
+//! so no fixed-offset head can stand in for the circuit (with copies always adjacent, R R, a
+//! small RoPE model learns fixed-offset heads instead). A 2-layer attention-only model learns
+//! the circuit in a phase change, visible in the live head scores (`heads/previous/*`,
+//! `heads/induction/*`) and the loss on repeated targets
+//! (`repeat/loss_repeated`, [`repeated_targets`]).
 
 use super::{Dataset, Domain};
-use crate::config::{BbChain, BigramBackcopy, DataConfig, SyntheticConfig};
+use crate::config::{BbChain, BigramBackcopy, DataConfig, RepeatTask, SyntheticConfig};
 use crate::tokenizer::Tokenizer;
 use anyhow::{Context, Result, anyhow};
 use rand::{Rng, SeedableRng};
@@ -250,50 +264,78 @@ pub fn char_chain(text: &str) -> (Vec<f64>, Vec<f64>, Vec<char>) {
 /// specials come first, as for every sinklab tokenizer).
 pub const FIRST_ID: u32 = 2;
 
-/// The generated dataset: one domain `bigram_backcopy` whose training records come from the
-/// task seed and whose validation records from a second stream of it (disjoint draws), each
-/// record `length` tokens; a word-level `tokenizer.json` (t0 … t{V−1}) in the cache
-/// directory so that the run's tokenizer loads in Python's `tokenizers`.
+/// The generated dataset of `task`: one domain (`bigram_backcopy` or `repeat`) whose training
+/// records come from the task seed and whose validation records from a second stream of it
+/// (disjoint draws), each record `length` tokens; a word-level `tokenizer.json` (t0 … t{V−1})
+/// in the cache directory so that the run's tokenizer loads in Python's `tokenizers`.
 pub fn dataset(
     cfg: &DataConfig,
     task: &SyntheticConfig,
     log: &mut dyn FnMut(&str),
 ) -> Result<Dataset> {
-    let SyntheticConfig::BigramBackcopy(bb) = task;
-    let length = bb.length.ok_or_else(|| {
+    let length = task.length().ok_or_else(|| {
         anyhow!("data.synthetic.length is unset (it defaults to model.ctx + 1 when loading)")
     })?;
     let t0 = std::time::Instant::now();
-    let gen_ = BbTask::new(bb);
+    let sequences = task.sequences();
+    let n_val = (((sequences as f64) * cfg.val_fraction).ceil() as usize).max(1);
     let shift = |xs: Vec<u32>| -> Vec<u32> { xs.into_iter().map(|x| x + FIRST_ID).collect() };
-    let n_val = ((bb.sequences as f64) * cfg.val_fraction).ceil() as usize;
-    let train = shift(gen_.records(bb.sequences, length, bb.task_seed ^ 0x7EA1_0000_0000_0001));
-    let val = shift(gen_.records(n_val.max(1), length, bb.task_seed ^ 0x7EA1_0000_0000_0002));
-    let after_trigger = train
-        .chunks_exact(length)
-        .flat_map(|r| r.windows(2))
-        .filter(|w| gen_.is_trigger(w[0] - FIRST_ID))
-        .count();
-    log(&format!(
-        "data: bigram-backcopy over the {:?} chain, vocab {} ({} triggers, offsets {:?}), {} train / {} val records of {length} tokens \
-         ({:.1}% of targets follow a trigger), generated in {:.2} s",
-        bb.chain,
-        gen_.vocab,
-        bb.triggers,
-        bb.offsets,
-        bb.sequences,
-        n_val.max(1),
-        100.0 * after_trigger as f64 / (bb.sequences * (length - 1)) as f64,
-        t0.elapsed().as_secs_f64()
-    ));
-    let words = gen_.token_names();
+    let (seed_train, seed_val) = (0x7EA1_0000_0000_0001, 0x7EA1_0000_0000_0002);
+    let (train, val, words) = match task {
+        SyntheticConfig::BigramBackcopy(bb) => {
+            let gen_ = BbTask::new(bb);
+            let train = shift(gen_.records(sequences, length, bb.task_seed ^ seed_train));
+            let val = shift(gen_.records(n_val, length, bb.task_seed ^ seed_val));
+            let after_trigger = train
+                .chunks_exact(length)
+                .flat_map(|r| r.windows(2))
+                .filter(|w| gen_.is_trigger(w[0] - FIRST_ID))
+                .count();
+            log(&format!(
+                "data: bigram-backcopy over the {:?} chain, vocab {} ({} triggers, offsets {:?}), {sequences} train / {n_val} val records of {length} tokens \
+                 ({:.1}% of targets follow a trigger), generated in {:.2} s",
+                bb.chain,
+                gen_.vocab,
+                bb.triggers,
+                bb.offsets,
+                100.0 * after_trigger as f64 / (sequences * (length - 1)) as f64,
+                t0.elapsed().as_secs_f64()
+            ));
+            (train, val, gen_.token_names())
+        }
+        SyntheticConfig::Repeat(r) => {
+            let train = shift(repeat_records(
+                r,
+                sequences,
+                length,
+                r.task_seed ^ seed_train,
+            ));
+            let val = shift(repeat_records(r, n_val, length, r.task_seed ^ seed_val));
+            let repeated = train
+                .chunks_exact(length)
+                .map(|rec| repeated_targets(rec).iter().filter(|&&x| x).count())
+                .sum::<usize>();
+            log(&format!(
+                "data: repeat task, vocab {}, segments of {}..={} tokens, copies of earlier ones \
+                 with probability {}, {sequences} train / {n_val} val records of {length} tokens ({:.1}% of targets \
+                 repeat an earlier continuation), generated in {:.2} s",
+                r.vocab,
+                r.min_segment,
+                r.max_segment,
+                r.copy_probability,
+                100.0 * repeated as f64 / (sequences * (length - 1)) as f64,
+                t0.elapsed().as_secs_f64()
+            ));
+            (train, val, (0..r.vocab).map(token_name).collect())
+        }
+    };
     let tokenizer = Tokenizer::word_level(&words)?;
     let key = crate::data::hex(&Sha256::digest(
         format!("{task:?}|{}", cfg.val_fraction).as_bytes(),
     ));
     let dir = cfg
         .cache_dir
-        .join(format!("bigram_backcopy-{}", &key[..16]));
+        .join(format!("{}-{}", task.kind(), &key[..16]));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let path = dir.join("tokenizer.json");
     if !path.exists() {
@@ -305,7 +347,7 @@ pub fn dataset(
     Ok(Dataset {
         tokenizer,
         domains: vec![Domain {
-            name: "bigram_backcopy".into(),
+            name: task.kind().into(),
             train: train.into(),
             val: val.into(),
             record: Some(length),
@@ -314,10 +356,93 @@ pub fn dataset(
     })
 }
 
+/// `n` records of `len` tokens of the repeat task (ids 0..vocab, not shifted), from `seed`:
+/// segments of min_segment..=max_segment tokens, each a copy of a uniformly chosen earlier
+/// fresh segment with probability `copy_probability` (after the first), else fresh tokens:
+/// from the segment's third on σ(the token two before) with probability `skip_bigram`, else
+/// uniform; the last cut at the record's end.
+pub fn repeat_records(cfg: &RepeatTask, n: usize, len: usize, seed: u64) -> Vec<u32> {
+    // σ: a fixed permutation of the vocabulary (of the task, not of the stream's seed)
+    let mut sigma: Vec<u32> = (0..cfg.vocab as u32).collect();
+    let mut task_rng = ChaCha8Rng::seed_from_u64(cfg.task_seed ^ 0x5167_0000_0000_0000);
+    for i in (1..sigma.len()).rev() {
+        sigma.swap(i, task_rng.gen_range(0..=i));
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut out = Vec::with_capacity(n * len);
+    for _ in 0..n {
+        let start = out.len();
+        // the record's fresh segments, as ranges of `out`
+        let mut fresh: Vec<std::ops::Range<usize>> = Vec::new();
+        while out.len() - start < len {
+            if !fresh.is_empty() && rng.gen_bool(cfg.copy_probability) {
+                let r = fresh[rng.gen_range(0..fresh.len())].clone();
+                out.extend_from_within(r);
+            } else {
+                let k = rng.gen_range(cfg.min_segment..=cfg.max_segment);
+                let at = out.len();
+                for i in 0..k {
+                    let t = if i >= 2 && rng.gen_bool(cfg.skip_bigram) {
+                        sigma[out[out.len() - 2] as usize]
+                    } else {
+                        rng.gen_range(0..cfg.vocab as u32)
+                    };
+                    out.push(t);
+                }
+                fresh.push(at..at + k);
+            }
+        }
+        out.truncate(start + len);
+    }
+    out
+}
+
+/// Which next-token targets of one sequence `x` a perfect induction head predicts: target i
+/// (the token x_{i+1}) is "repeated" when x_i occurred before and the token that followed its
+/// most recent earlier occurrence is x_{i+1}. One entry per target (len(x) − 1).
+pub fn repeated_targets(x: &[u32]) -> Vec<bool> {
+    let mut last = std::collections::HashMap::new();
+    let mut out = Vec::with_capacity(x.len().saturating_sub(1));
+    for i in 0..x.len().saturating_sub(1) {
+        out.push(
+            last.get(&x[i])
+                .is_some_and(|&j: &usize| x[j + 1] == x[i + 1]),
+        );
+        last.insert(x[i], i);
+    }
+    out
+}
+
+/// The repeat task's validation batch split into the targets a perfect induction head
+/// predicts ([`repeated_targets`]) and every other target, as two batches with complementary
+/// loss masks; `None` on other data.
+pub fn split_repeated(cfg: &DataConfig, b: &super::Batch) -> Option<(super::Batch, super::Batch)> {
+    let Some(SyntheticConfig::Repeat(_)) = cfg.synthetic.as_ref() else {
+        return None;
+    };
+    let (mut repeated, mut fresh) = (b.clone(), b.clone());
+    for (s, x) in b.inputs.chunks_exact(b.len).enumerate() {
+        // the targets of a sequence are its inputs shifted by one, plus the last target
+        let last = b.targets[s * b.len + b.len - 1];
+        let seq: Vec<u32> = x.iter().copied().chain([last]).collect();
+        for (i, r) in repeated_targets(&seq).into_iter().enumerate() {
+            let k = s * b.len + i;
+            if r {
+                fresh.loss_mask[k] = 0.0;
+            } else {
+                repeated.loss_mask[k] = 0.0;
+            }
+        }
+    }
+    Some((repeated, fresh))
+}
+
 /// Query groups of a probe batch's `inputs` on a synthetic task: 0 where the input is no
 /// trigger, 1 + i where it is trigger i; with the number of groups. `None` on text.
 pub fn query_groups(cfg: &DataConfig, inputs: &[u32]) -> Option<(Vec<usize>, usize)> {
-    let SyntheticConfig::BigramBackcopy(bb) = cfg.synthetic.as_ref()?;
+    let Some(SyntheticConfig::BigramBackcopy(bb)) = cfg.synthetic.as_ref() else {
+        return None;
+    };
     let range = FIRST_ID..FIRST_ID + bb.triggers as u32;
     let groups = inputs
         .iter()
@@ -362,6 +487,76 @@ mod tests {
             offsets,
             ..BigramBackcopy::default()
         })
+    }
+
+    /// The repeat task's records are fresh segments of min..=max uniform tokens and copies of
+    /// earlier fresh segments of the same record, cut at the record's end; seeded.
+    #[test]
+    fn repeat_records_copy_earlier_segments() {
+        let cfg = RepeatTask {
+            vocab: 1000,
+            min_segment: 3,
+            max_segment: 6,
+            ..RepeatTask::default()
+        };
+        let recs = repeat_records(&cfg, 200, 64, 9);
+        assert_eq!(recs.len(), 200 * 64);
+        assert_eq!(recs, repeat_records(&cfg, 200, 64, 9));
+        assert_ne!(recs, repeat_records(&cfg, 200, 64, 10));
+        assert!(recs.iter().all(|&t| t < 1000));
+        // with 1000 tokens, a repeated continuation is almost always a copy: about half the
+        // segments are copies, so a good share of the targets repeat, at many distances
+        let mut distances = std::collections::BTreeSet::new();
+        let mut repeated = 0usize;
+        for r in recs.chunks_exact(64) {
+            for (i, rep) in repeated_targets(r).into_iter().enumerate() {
+                if rep {
+                    repeated += 1;
+                    let j = (0..i).rev().find(|&j| r[j] == r[i]).unwrap();
+                    distances.insert(i - j);
+                }
+            }
+        }
+        let share = repeated as f64 / (200 * 63) as f64;
+        assert!((0.25..0.5).contains(&share), "repeated share {share}");
+        assert!(distances.len() > 30, "copy distances {distances:?}");
+        // no copies: every target fresh; always copies: all but the first segment repeat
+        let none = RepeatTask {
+            copy_probability: 0.0,
+            skip_bigram: 0.0,
+            ..cfg.clone()
+        };
+        let r = repeat_records(&none, 20, 64, 1);
+        assert!(
+            r.chunks_exact(64)
+                .all(|x| repeated_targets(x).iter().filter(|&&b| b).count() < 2)
+        );
+        let fixed = RepeatTask {
+            copy_probability: 1.0,
+            min_segment: 5,
+            max_segment: 5,
+            ..cfg
+        };
+        let r = repeat_records(&fixed, 1, 20, 0);
+        assert_eq!(&r[0..5], &r[5..10]);
+        assert_eq!(&r[0..5], &r[15..20]);
+    }
+
+    /// Repeated targets: a target is repeated when its token followed the most recent earlier
+    /// occurrence of the current token.
+    #[test]
+    fn repeated_targets_follow_the_most_recent_occurrence() {
+        //          x: 7  1  2  3  1  2  3  1  9  1
+        // target of i:  1  2  3  1  2  3  1  9  1
+        let x = [7, 1, 2, 3, 1, 2, 3, 1, 9, 1];
+        let r = repeated_targets(&x);
+        assert_eq!(
+            r,
+            vec![false, false, false, false, true, true, true, false, false]
+        );
+        // the last: x[8] = 9 never seen before; x[7] = 1 last seen at 4, followed by 2 ≠ 9
+        assert!(repeated_targets(&[]).is_empty());
+        assert!(repeated_targets(&[4]).is_empty());
     }
 
     #[test]

@@ -466,6 +466,23 @@ impl Score {
     }
 }
 
+/// The live metrics of a training probe: every [`Score::LIVE`] score of every (layer, head)
+/// as `heads/{name}/layer{ll}_head{hh}`.
+pub fn live_scalars(layers: &[LayerHeads]) -> Vec<(String, f64)> {
+    Score::LIVE
+        .iter()
+        .flat_map(|&s| {
+            layers.iter().enumerate().flat_map(move |(l, lh)| {
+                lh.get(s)
+                    .expect("a probe score")
+                    .iter()
+                    .enumerate()
+                    .map(move |(h, &v)| (s.tag(l, h), v))
+            })
+        })
+        .collect()
+}
+
 /// `layer{ll}_head{hh}`: how every per-head metric name ends.
 pub fn head_key(l: usize, h: usize) -> String {
     format!("layer{l:02}_head{h:02}")

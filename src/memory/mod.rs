@@ -29,7 +29,7 @@ pub fn planned_vocab(exp: &Experiment) -> Result<usize> {
         return Ok(v);
     }
     match &exp.data.synthetic {
-        Some(crate::config::SyntheticConfig::BigramBackcopy(bb)) => Ok(bb.chain_vocab() + 2),
+        Some(task) => Ok(task.task_vocab() + 2),
         None => exp.data.tokenizer.requested_vocab(),
     }
 }

@@ -3,6 +3,8 @@
 //!
 //! - `plots/sink1.png`: Sink₁ at every ε against step;
 //! - `plots/heads.png`: every head's attention to token 1 (`sink/importance_first/*`);
+//! - `plots/heads_forming.png`: each layer's best previous-token and induction head on the
+//!   live repeat probe (`heads/…`), beside Sink₁ / 100 at the headline ε;
 //! - `plots/loss.png`: training and validation loss (and, on a synthetic task, the copy and
 //!   bigram losses);
 //! - `plots/drain.png`: every head's value drain ‖v₁‖ / mean ‖v_t‖ and every layer's
@@ -10,6 +12,7 @@
 //! - `plots/curves.md`: those values at a few steps.
 
 use super::read_metrics;
+use crate::heads::Score;
 use crate::plot::{self, LinePlot, Scale, Series};
 use anyhow::{Result, bail};
 use std::collections::BTreeMap;
@@ -39,6 +42,39 @@ fn series(records: &Records, prefix: &str, rename: &dyn Fn(&str) -> String) -> V
         .map(|(k, points)| Series {
             name: rename(&k[prefix.len()..]),
             points,
+            err: None,
+        })
+        .collect()
+}
+
+/// The best head of each layer on a live head score (`heads/{name}/layer{ll}_head{hh}`), one
+/// series per layer: the largest value over the layer's heads at each step.
+fn best_per_layer(records: &Records, score: Score) -> Vec<Series> {
+    let prefix = format!("heads/{}/layer", score.name());
+    let mut by_layer: BTreeMap<usize, BTreeMap<u64, f64>> = BTreeMap::new();
+    for (step, scalars) in records {
+        for (k, v) in scalars.range(prefix.clone()..) {
+            let Some(rest) = k.strip_prefix(&prefix) else {
+                break;
+            };
+            let Some(layer) = rest.split('_').next().and_then(|l| l.parse().ok()) else {
+                continue;
+            };
+            if v.is_finite() {
+                let best = by_layer
+                    .entry(layer)
+                    .or_default()
+                    .entry(*step)
+                    .or_insert(*v);
+                *best = best.max(*v);
+            }
+        }
+    }
+    by_layer
+        .into_iter()
+        .map(|(l, points)| Series {
+            name: format!("{} L{l} (best head)", score.name()),
+            points: points.into_iter().map(|(s, v)| (s as f64, v)).collect(),
             err: None,
         })
         .collect()
@@ -93,6 +129,22 @@ pub fn run_curves(run_dir: &Path, out: &Path) -> Result<String> {
         format!("‖h₁‖/‖h‖ {}", r.replace("layer", "L"))
     }));
     let heads = series(&records, "sink/importance_first/", &layer_head);
+    // heads forming: each layer's best previous-token and induction head, beside Sink₁ / 100
+    let mut forming = best_per_layer(&records, Score::Previous);
+    forming.extend(best_per_layer(&records, Score::Induction));
+    if !forming.is_empty() {
+        let headline = format!(
+            "ε = {}",
+            crate::metrics::eps_name(crate::metrics::HEADLINE_EPS)
+        );
+        if let Some(s) = sink.iter().find(|s| s.name == headline) {
+            forming.push(Series {
+                name: format!("Sink₁ / 100 ({headline})"),
+                points: s.points.iter().map(|&(x, y)| (x, y / 100.0)).collect(),
+                err: None,
+            });
+        }
+    }
     let charts = [
         (
             "sink1.png",
@@ -106,6 +158,13 @@ pub fn run_curves(run_dir: &Path, out: &Path) -> Result<String> {
             "attention importance of token 1, per head",
             "α₁",
             &heads,
+            Scale::Linear,
+        ),
+        (
+            "heads_forming.png",
+            "heads forming (repeat probe) beside the sink",
+            "score",
+            &forming,
             Scale::Linear,
         ),
         ("loss.png", "loss", "nats per token", &losses, Scale::Linear),
@@ -144,6 +203,7 @@ pub fn run_curves(run_dir: &Path, out: &Path) -> Result<String> {
         let mut cols: Vec<&Series> = sink.iter().collect();
         cols.extend(losses.iter().filter(|s| s.name != "train"));
         cols.extend(drain.iter());
+        cols.extend(forming.iter().filter(|s| !s.name.starts_with("Sink")));
         writeln!(
             md,
             "| step | {} |",

@@ -276,3 +276,70 @@ fn heads_command_writes_every_score_and_refuses_what_does_not_fit() {
         assert!(text.contains(want), "{a:?}: {text}");
     }
 }
+
+/// The live head scores a run logs (`metrics.heads`) are `sinklab heads` on the same probe
+/// (n, sequences, seed) at the same step: the last probe step's values equal the command's on
+/// the final checkpoint; and the probe off means no `heads/` metric.
+#[test]
+fn live_head_scores_equal_the_heads_command_on_the_same_probe() {
+    use sinklab::analysis::heads::HeadsReport;
+    use sinklab::heads::Score;
+    let dir = tempfile::tempdir().unwrap();
+    let exp = common::tiny_experiment(
+        dir.path(),
+        "live",
+        &["metrics.heads.sequences=3", "metrics.heads.seed=5"],
+    );
+    let n = exp.metrics.heads.n;
+    assert_eq!(n, (exp.model.ctx.min(exp.metrics.probe_len) - 1) / 2);
+    sinklab::train::train(&exp, &common::quiet(), &mut |_| {}).unwrap();
+    let run = exp.run_dir();
+    let records = common::read_metrics(&run);
+    let (step, last) = records
+        .iter()
+        .rev()
+        .find(|(_, r)| r.contains_key(&Score::Previous.tag(0, 0)))
+        .expect("live head scores");
+    assert_eq!(*step, exp.train.steps, "the last probe is at the last step");
+    let (code, json, err) = common::sinklab_in(
+        None,
+        &[
+            "heads",
+            run.to_str().unwrap(),
+            "--n",
+            &n.to_string(),
+            "--sequences",
+            "3",
+            "--seed",
+            "5",
+            "--out",
+            dir.path().join("h").to_str().unwrap(),
+            "--json",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let r: HeadsReport = serde_json::from_str(&json).unwrap();
+    assert_eq!(r.step, exp.train.steps);
+    let mut compared = 0;
+    for s in Score::LIVE {
+        for (l, row) in r.score(s).iter().enumerate() {
+            for (h, want) in row.iter().enumerate() {
+                let got = last[&s.tag(l, h)].as_f64().unwrap();
+                assert!(
+                    (got - want).abs() <= 1e-6 * (1.0 + want.abs()),
+                    "{}: live {got} vs heads {want}",
+                    s.tag(l, h)
+                );
+                compared += 1;
+            }
+        }
+    }
+    assert_eq!(compared, 4 * 2 * 4);
+    // off: no heads/ metric at all
+    let off = common::tiny_experiment(dir.path(), "off", &["metrics.heads.enabled=false"]);
+    sinklab::train::train(&off, &common::quiet(), &mut |_| {}).unwrap();
+    let any = common::read_metrics(&off.run_dir())
+        .iter()
+        .any(|(_, r)| r.keys().any(|k| k.starts_with("heads/")));
+    assert!(!any, "metrics.heads.enabled = false logs no head scores");
+}

@@ -129,9 +129,42 @@ fn smoke_run_learns_and_writes_metrics_tensorboard_and_checkpoints() {
             serde_json::json!([step, w, h, sha])
         })
         .collect();
+    // The live head scores (metrics.heads, on by default): every score of every head at every
+    // probe step, and each score's map rendered from those values, byte for byte.
+    let mut images = serde_json::Map::new();
+    images.insert("sink/importance_first_map".into(), maps.into());
+    for s in sinklab::heads::Score::LIVE {
+        let maps: Vec<serde_json::Value> = [0u64, 20, 40]
+            .iter()
+            .map(|&step| {
+                let rows: Vec<Vec<f64>> = (0..2)
+                    .map(|l| {
+                        (0..4)
+                            .map(|h| {
+                                let v = series(&run, &s.tag(l, h));
+                                assert_eq!(v.len(), 3, "{} at every probe step", s.tag(l, h));
+                                v.iter().find(|p| p.0 == step).unwrap().1
+                            })
+                            .collect()
+                    })
+                    .collect();
+                let png = sinklab::recorder::score_map(&rows, s, "repeat probe").unwrap();
+                let (w, h) = sinklab::plot::png_size(&png).unwrap();
+                let sha = sinklab::checkpoint::hex(&sha2::Sha256::digest(&png));
+                serde_json::json!([step, w, h, sha])
+            })
+            .collect();
+        images.insert(format!("heads/{}_map", s.name()), maps.into());
+        let tag = s.tag(1, 2);
+        let pts: Vec<serde_json::Value> = series(&run, &tag)
+            .into_iter()
+            .map(|(s, v)| serde_json::json!([s, v]))
+            .collect();
+        scalars.insert(tag, pts.into());
+    }
     let expected = serde_json::json!({
         "scalars": scalars,
-        "images": {"sink/importance_first_map": maps},
+        "images": images,
         "rel_tol": 1e-6,
     });
     let exp_path = dir.path().join("expected.json");
