@@ -6,7 +6,7 @@
 //! - `plots/heads_forming.png`: each layer's best previous-token and induction head on the
 //!   live repeat probe (`heads/…`), beside Sink₁ / 100 at the headline ε;
 //! - `plots/loss.png`: training and validation loss (and, on a synthetic task, the copy and
-//!   bigram losses);
+//!   bigram losses, or the repeated and fresh targets' losses);
 //! - `plots/drain.png`: every head's value drain ‖v₁‖ / mean ‖v_t‖ and every layer's
 //!   massive-activation ratio ‖h₁‖ / mean ‖h_t‖;
 //! - `plots/curves.md`: those values at a few steps.
@@ -122,6 +122,7 @@ pub fn run_curves(run_dir: &Path, out: &Path) -> Result<String> {
     let mut losses = series(&records, "train/loss", &|_| "train".into());
     losses.extend(series(&records, "val/loss", &|r| format!("val{r}")));
     losses.extend(series(&records, "bb/loss_", &|r| format!("{r} (val)")));
+    losses.extend(series(&records, "repeat/loss_", &|r| format!("{r} (val)")));
     let mut drain = series(&records, "kv/value_drain/", &|r| {
         format!("drain {}", layer_head(r))
     });
