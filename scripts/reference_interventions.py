@@ -23,7 +23,11 @@ interventions are written from their definitions:
 Fixture cases: every zoo case of reference.build_cases() with its weights and tokens from
 reference.case_data (the same as tests/fixtures/zoo_golden.json); head 1 of layer 1, and key/value
 group 0 of layer 1 (for a model without grouped-query attention, head 0's own k and v). The
-fixture holds the logits (B, T, V) of each intervention.
+fixture holds the logits (B, T, V) of each intervention, and `logit_diff`: answers
+(answer_b, wrong_b) = ((7b + 3) mod V, (11b + 5) mod V), the clean logit difference
+mean_b logit(answer_b) - logit(wrong_b) at the last position, and the same with z of each
+head of each layer zero-ablated on its own (`zero_scan[layer][head]`, as `sinklab ablate
+--metric logit-diff` scans).
 """
 import argparse
 import glob
@@ -105,6 +109,21 @@ def fixture(out):
             index = 0 if site == "kv" else head
             logits = run(m, w, tokens, layer, site, index, kind, perm)
             res[f"{site}_{kind}"] = ref.f64_json(logits)
+        # The logit difference under zero-ablation of z, every head of every layer on its own:
+        # per sequence b, logit(answer_b) - logit(wrong_b) at the last position, mean over b.
+        V = base.shape[-1]
+        answers = [[(7 * b + 3) % V, (11 * b + 5) % V] for b in range(tokens.shape[0])]
+        assert all(a != x for a, x in answers)
+
+        def logit_diff(lg):
+            return float(np.mean([lg[b, -1, a] - lg[b, -1, x] for b, (a, x) in enumerate(answers)]))
+
+        res["logit_diff"] = {
+            "answers": answers,
+            "baseline": logit_diff(base),
+            "zero_scan": [[logit_diff(run(m, w, tokens, l, "z", h, "zero", perm))
+                           for h in range(m["n_heads"])] for l in range(m["n_layers"])],
+        }
         # every intervention changes something (a check that the hook is applied)
         for site, kind in INTERVENTIONS:
             assert np.abs(np.array(res[f"{site}_{kind}"]["data"]) - base.ravel()).max() > 0 or \

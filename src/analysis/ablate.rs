@@ -1,7 +1,8 @@
 //! `sinklab ablate` (docs/reference.md §11): which heads (or key/value groups) matter — every
 //! unit ablated on its own (a Δmetric map per (layer, head)), or a named set against R
 //! matched-random sets from the same layers — with the dormancy of each head on the same batch,
-//! to ask whether sink heads matter.
+//! to ask whether sink heads matter. The metric is the loss, the KL from the clean distribution,
+//! or, on `--task prompts`, the logit difference `sinklab patch` reads.
 
 use super::Output;
 use super::tasks::{Task, task_batch};
@@ -200,13 +201,22 @@ pub fn ablate(run: &OpenRun, o: &AblateOptions, log: &mut dyn FnMut(&str)) -> Re
     let clock = std::time::Instant::now();
     let exp = &run.exp;
     let cfg = &exp.model;
-    if o.metric == Metric::LogitDiff {
+    let is_prompts = matches!(o.task, Task::Prompts { .. });
+    if o.metric == Metric::LogitDiff && !is_prompts {
         bail!(
-            "--metric logit-diff needs answers: use sinklab patch (clean/corrupted prompts), or --metric loss | kl here"
+            "--metric logit-diff needs an answer and a wrong answer per prompt: use --task prompts \
+             FILE (the JSON Lines file of sinklab patch --prompts), or --metric loss | kl here"
         );
     }
     let tb = task_batch(run, &o.task, o.sequences, o.seed)?;
     let batch = tb.batch;
+    if o.kind == AblationKind::Resample && batch.batch < 2 {
+        bail!(
+            "--kind resample takes each sequence's activations from another sequence: it needs at \
+             least 2 sequences, the task has {}",
+            batch.batch
+        );
+    }
     let scanned_units: Vec<Unit> = match &o.units {
         Units::AllHeads => vec![Unit::Head { layer: 0, head: 0 }],
         Units::AllGroups => vec![Unit::KvGroup { layer: 0, group: 0 }],
@@ -223,7 +233,7 @@ pub fn ablate(run: &OpenRun, o: &AblateOptions, log: &mut dyn FnMut(&str)) -> Re
     let scoring = |mask| Scoring {
         metric: o.metric,
         weights: weights(mask),
-        answers: None,
+        answers: tb.answers.clone(),
     };
     log(&format!(
         "{} of {} tokens; {} ablation, metric {} at {} positions",
@@ -246,10 +256,12 @@ pub fn ablate(run: &OpenRun, o: &AblateOptions, log: &mut dyn FnMut(&str)) -> Re
         (None, Some(r))
     } else {
         let seed = o.seed.wrapping_add(1);
-        let rb = match o.mean_from {
-            MeanFrom::Natural => {
+        let rb = match (&o.task, o.mean_from) {
+            (_, MeanFrom::Natural) => {
                 crate::data::validation_batch(&run.data, batch.batch, batch.len, exp.data.bos)?
             }
+            // a prompts file has no second draw: its corrupted prompts are the other sample
+            (Task::Prompts { file }, _) => super::tasks::file_pairs(run, file)?.corrupt,
             _ => task_batch(run, &o.task, o.sequences, seed)?.batch,
         };
         if rb.len != batch.len {
@@ -491,6 +503,7 @@ pub fn describe(r: &AblateReport) -> String {
         Task::Natural { .. } => "natural text".into(),
         Task::Text { .. } => "text file".into(),
         Task::Bb { .. } => "Bigram-Backcopy copy targets".into(),
+        Task::Prompts { file } => format!("prompts {}", file.display()),
     };
     let kind = serde_json::to_value(r.kind)
         .ok()

@@ -5,7 +5,7 @@
 
 use super::Output;
 use super::probes::token_label;
-use super::tasks::{PromptPairs, file_pairs, repeat_pairs};
+use super::tasks::{PromptPairs, answer_targets, file_pairs, repeat_pairs};
 use crate::heads::head_label;
 use crate::intervene::patch::{PatchSpec, add_direction, mean_difference, normalise, patch_each};
 use crate::intervene::{Metric, Positions, Prepared, Scoring};
@@ -136,12 +136,8 @@ pub fn patch(run: &OpenRun, o: &PatchOptions, log: &mut dyn FnMut(&str)) -> Resu
         bail!("the prompts are {len} tokens; model.ctx = {}", cfg.ctx);
     }
     // The loss metric reads the clean answer at the last position of both runs.
-    for b in [&mut pairs.clean, &mut pairs.corrupt] {
-        for (s, (a, _)) in pairs.answers.iter().enumerate() {
-            b.targets[s * len + len - 1] = *a;
-            b.loss_mask[s * len + len - 1] = 1.0;
-        }
-    }
+    answer_targets(&mut pairs.clean, &pairs.answers);
+    answer_targets(&mut pairs.corrupt, &pairs.answers);
     let scoring = |b: &crate::data::Batch| Scoring {
         metric: o.metric,
         weights: Positions::Last.weights(b),

@@ -1,7 +1,8 @@
 //! The tasks ablations and patches are measured on (docs/reference.md §11): the repeat task
 //! ([first, R, R], next-token targets), natural text (validation windows or a file),
 //! Bigram-Backcopy's validation records split into copy and bigram targets, and the clean /
-//! corrupted prompt pairs of activation patching.
+//! corrupted prompt pairs of activation patching (whose clean prompts, with the answer as the
+//! one target, are also a task: the logit difference of `sinklab ablate`).
 
 use crate::config::{Experiment, SyntheticConfig};
 use crate::data::Batch;
@@ -25,6 +26,10 @@ pub enum Task {
     /// Bigram-Backcopy validation records: the copy targets (after a trigger) and the bigram
     /// targets measured apart.
     Bb { len: usize },
+    /// The clean prompts of a patching prompts file ([`file_pairs`]), every prompt, with one
+    /// counted target: the answer at the last position (and the wrong answer beside it, for
+    /// the logit difference).
+    Prompts { file: PathBuf },
 }
 
 /// A task's batch as built, and, for Bigram-Backcopy, its copy and bigram halves.
@@ -35,6 +40,8 @@ pub struct TaskBatch {
     /// Bigram-Backcopy: the copy mask split by trigger (the query groups: `[i]` keeps the
     /// targets whose input is trigger i), (B, T) each; empty on other tasks.
     pub by_trigger: Vec<Vec<f32>>,
+    /// `--task prompts`: per prompt (answer, wrong answer) at the last position.
+    pub answers: Option<Vec<(u32, u32)>>,
 }
 
 /// Bigram-Backcopy's copy offset of each trigger, `offsets[i mod len]` (docs/reference.md
@@ -77,6 +84,7 @@ pub fn task_batch(run: &OpenRun, task: &Task, sequences: usize, seed: u64) -> Re
                 batch: repeat_probe(&ids, *n, *reps, sequences, seed, bos)?,
                 split: None,
                 by_trigger: Vec::new(),
+                answers: None,
             }
         }
         Task::Natural { len } => {
@@ -85,6 +93,7 @@ pub fn task_batch(run: &OpenRun, task: &Task, sequences: usize, seed: u64) -> Re
                 batch: crate::data::validation_batch(&run.data, sequences, *len, exp.data.bos)?,
                 split: None,
                 by_trigger: Vec::new(),
+                answers: None,
             }
         }
         Task::Text { file, len } => {
@@ -101,6 +110,7 @@ pub fn task_batch(run: &OpenRun, task: &Task, sequences: usize, seed: u64) -> Re
                 batch: b,
                 split: None,
                 by_trigger: Vec::new(),
+                answers: None,
             }
         }
         Task::Bb { len } => {
@@ -127,9 +137,37 @@ pub fn task_batch(run: &OpenRun, task: &Task, sequences: usize, seed: u64) -> Re
                 batch: b,
                 split: Some((copy.loss_mask, bigram.loss_mask)),
                 by_trigger,
+                answers: None,
+            }
+        }
+        Task::Prompts { file } => {
+            let mut pairs = file_pairs(run, file)?;
+            if pairs.clean.len > ctx {
+                bail!(
+                    "{}: the prompts are {} tokens; model.ctx = {ctx}",
+                    file.display(),
+                    pairs.clean.len
+                );
+            }
+            answer_targets(&mut pairs.clean, &pairs.answers);
+            TaskBatch {
+                batch: pairs.clean,
+                split: None,
+                by_trigger: Vec::new(),
+                answers: Some(pairs.answers),
             }
         }
     })
+}
+
+/// Make each prompt's answer its one counted target, at the last position (the loss metric
+/// of prompts; the logit difference reads the same position).
+pub fn answer_targets(b: &mut Batch, answers: &[(u32, u32)]) {
+    let t = b.len;
+    for (s, (a, _)) in answers.iter().enumerate() {
+        b.targets[s * t + t - 1] = *a;
+        b.loss_mask[s * t + t - 1] = 1.0;
+    }
 }
 
 /// Clean and corrupted prompts of one length with the answers at the last position.

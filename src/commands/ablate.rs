@@ -22,14 +22,22 @@ pub struct Args {
     /// matched-random sets), `kv L:G,…` (key/value groups) or `kv all`.
     #[arg(long, default_value = "all")]
     pub heads: String,
-    /// loss (mean NLL at --positions) or kl (KL(clean ‖ ablated) at --positions).
+    /// loss (mean NLL at --positions), kl (KL(clean ‖ ablated) at --positions) or logit-diff
+    /// (mean over prompts of logit(answer) − logit(wrong) at the last position, as sinklab
+    /// patch reads it; needs --task prompts FILE). Δ = ablated − baseline: a head that matters
+    /// raises the loss and the KL and lowers the logit difference.
     #[arg(long, default_value = "loss", value_parser = ["loss", "logit-diff", "kl"])]
     pub metric: String,
     /// repeat ([first, R, R] with --n distinct tokens), natural (validation windows), text
-    /// FILE (its windows), or bb (Bigram-Backcopy: copy and bigram targets apart).
+    /// FILE (its windows), bb (Bigram-Backcopy: copy and bigram targets apart), or prompts FILE
+    /// (the clean prompts of a sinklab patch --prompts file, every line: {"clean", "corrupt",
+    /// "answer", "wrong"}; the one counted target is the answer at the last position).
     #[arg(long, default_value = "repeat", num_args = 1..=2, value_names = ["TASK", "FILE"])]
     pub task: Vec<String>,
-    /// Where the metric is read: all, last or second-half of the positions with targets.
+    /// Where the metric is read: all, last or second-half of the positions with targets
+    /// (default second-half on repeat, last on prompts, all otherwise). Ablations act at every
+    /// position. On prompts the answer is the only counted target, so every choice reads the
+    /// last position.
     #[arg(long, value_parser = ["all", "last", "second-half"])]
     pub positions: Option<String>,
     /// Distinct tokens of the repeat task.
@@ -38,11 +46,12 @@ pub struct Args {
     /// Tokens per sequence of the natural, text and bb tasks (default: min(model.ctx, 128)).
     #[arg(long)]
     pub len: Option<usize>,
-    /// Sequences of the task.
-    #[arg(long, default_value_t = 8)]
-    pub sequences: usize,
+    /// Sequences of the task (default 8; a prompts file gives all its prompts).
+    #[arg(long)]
+    pub sequences: Option<usize>,
     /// The reference set of a mean ablation: batch (the task batch itself), natural
-    /// (validation windows) or task (another draw of the task).
+    /// (validation windows) or task (another draw of the task; on prompts, the corrupted
+    /// prompts).
     #[arg(long, default_value = "batch", value_parser = ["batch", "natural", "task"])]
     pub mean_from: String,
     /// Matched-random control sets of a named set.
@@ -88,8 +97,9 @@ pub fn run(a: Args) -> Result<()> {
             len,
         },
         ["bb"] => Task::Bb { len },
+        ["prompts", file] => Task::Prompts { file: file.into() },
         other => bail!(
-            "--task {}: valid tasks are repeat, natural, text FILE and bb",
+            "--task {}: valid tasks are repeat, natural, text FILE, bb and prompts FILE",
             other.join(" ")
         ),
     };
@@ -98,15 +108,29 @@ pub fn run(a: Args) -> Result<()> {
         Some("last") => Positions::Last,
         Some(_) => Positions::SecondHalf,
         None if matches!(task, Task::Repeat { .. }) => Positions::SecondHalf,
+        None if matches!(task, Task::Prompts { .. }) => Positions::Last,
         None => Positions::All,
     };
+    if let Task::Prompts { file } = &task {
+        for (flag, given) in [
+            ("--sequences", a.sequences.is_some()),
+            ("--len", a.len.is_some()),
+        ] {
+            if given {
+                bail!(
+                    "{flag}: --task prompts takes every prompt of {} at its own length",
+                    file.display()
+                );
+            }
+        }
+    }
     let o = AblateOptions {
         kind,
         units,
         metric,
         task,
         positions,
-        sequences: a.sequences,
+        sequences: a.sequences.unwrap_or(8),
         mean_from: match a.mean_from.as_str() {
             "batch" => MeanFrom::Batch,
             "natural" => MeanFrom::Natural,
@@ -155,13 +179,18 @@ fn print(r: &AblateReport, dir: &std::path::Path) {
                 })
             })
             .collect();
-        all.sort_by(|a, b| b.0.total_cmp(&a.0));
+        // the units whose ablation hurts most first: the logit difference falls, the rest rise
+        let (order, what) = match r.metric {
+            Metric::LogitDiff => (-1.0, "largest drops (most negative Δ)"),
+            Metric::Loss | Metric::Kl => (1.0, "largest Δ"),
+        };
+        all.sort_by(|a, b| (order * b.0).total_cmp(&(order * a.0)));
         let top: Vec<String> = all
             .iter()
             .take(8)
             .map(|(d, l)| format!("{l} {d:+.4}"))
             .collect();
-        println!("  largest Δ: {}", top.join(", "));
+        println!("  {what}: {}", top.join(", "));
         if let Some(b) = &r.scan_bigram {
             let at = |label: &str| -> f64 {
                 let (l, h) = label

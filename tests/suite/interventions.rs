@@ -4,7 +4,8 @@
 //! SmolLM2-135M (`scripts/fetch_smollm2.sh`, as the import tests), and the invariants: zero-ablating z_h is zeroing
 //! W_O's rows of head h, move-to-first on a head that already sits on the first token changes
 //! nothing, clean→clean patching gives 1 and corrupt→corrupt 0, patching a key/value group
-//! changes only its own query heads.
+//! changes only its own query heads; the logit-difference ablation scan against the NumPy
+//! reference, and ablating a head whose layer cannot reach the logits changes nothing.
 
 use burn::tensor::{Int, Tensor, TensorData};
 use serde_json::Value;
@@ -165,6 +166,100 @@ fn zero_ablating_z_is_zeroing_the_heads_rows_of_w_o() {
         checked += 1;
     }
     assert!(checked >= 50, "{checked} variants with a dense W_O");
+}
+
+/// `sinklab ablate --metric logit-diff` at the library level, on every zoo variant: the clean
+/// logit difference and the zero-ablation scan of every head against the NumPy reference
+/// (`logit_diff` in interventions_golden.json), each Δ = ablated − baseline against the
+/// reference's, an empty set giving the baseline exactly, and, with W_O of layer 0 zeroed (so
+/// nothing its heads write reaches the last position's logits), layer 0's row of the scan 0.
+#[test]
+fn logit_diff_ablation_scan_matches_the_numpy_reference_and_a_cut_off_layer_moves_nothing() {
+    use sinklab::intervene::ablate::{ablate_sets, scan};
+    let zoo = common::golden("zoo_golden.json");
+    let want = common::golden("interventions_golden.json");
+    let dev = common::device();
+    let mut cut = 0;
+    for (case, w) in zoo["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(want["cases"].as_array().unwrap())
+    {
+        let name = case["name"].as_str().unwrap();
+        let ld = &w["logit_diff"];
+        let answers: Vec<(u32, u32)> = ld["answers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| (p[0].as_u64().unwrap() as u32, p[1].as_u64().unwrap() as u32))
+            .collect();
+        let (tok, shape) = int_rows(&case["tokens"]);
+        let b = batch_of(&tok, shape);
+        let scoring = Scoring {
+            metric: Metric::LogitDiff,
+            weights: Positions::Last.weights(&b),
+            answers: Some(answers),
+        };
+        // f32 logits: an absolute floor scaled by the logits' size, 1e-4 relative beyond it
+        let scale = floats(&w["baseline"])
+            .iter()
+            .fold(0f64, |a, x| a.max(x.abs()));
+        let (atol, rtol) = (1e-5 * scale, 1e-4);
+        let close = |got: f64, want: f64, what: &str| {
+            assert!(
+                (got - want).abs() <= atol + rtol * want.abs(),
+                "{name}: {what}: got {got}, want {want}"
+            );
+        };
+        let (m, exp) = common::zoo::model(case, &dev);
+        let p = Prepared::new(&m, &b, &[], scoring.clone(), &dev).unwrap();
+        let base = p.metric();
+        let want_base = ld["baseline"].as_f64().unwrap();
+        close(base, want_base, "clean logit difference");
+        let ab = Ablation::new(AblationKind::Zero, b.batch, 0, None);
+        let got = scan(&p, &ab, false, &mut |_| {}).unwrap();
+        let want_scan = ld["zero_scan"].as_array().unwrap();
+        assert_eq!(got.len(), want_scan.len(), "{name}: layers");
+        for (l, row) in got.iter().enumerate() {
+            for (h, &v) in row.iter().enumerate() {
+                let wv = want_scan[l][h].as_f64().unwrap();
+                close(v, wv, &format!("ablated {l}.{h}"));
+                close(v - base, wv - want_base, &format!("Δ {l}.{h}"));
+            }
+        }
+        assert!(
+            got.iter().flatten().any(|v| (v - base).abs() > 1e-4),
+            "{name}: no ablation moved the logit difference"
+        );
+        let none = ablate_sets(&p, &ab, &[vec![]], &mut |_| {}).unwrap();
+        assert_eq!(none, vec![base], "{name}: ablating nothing");
+
+        // Layer 0's W_O zeroed: its heads cannot reach the logits, so ablating any moves nothing.
+        let mut weights = common::zoo::weights(case);
+        let key = "blocks.0.attn.wo.weight";
+        if !weights.contains_key(key) || weights.contains_key("blocks.0.attn.wo.w_init") {
+            continue; // no W_O, or a reparameterised one
+        }
+        weights.get_mut(key).unwrap().data.fill(0.0);
+        let (m2, _) = common::zoo::model_with(case, &weights, &dev);
+        let p2 = Prepared::new(&m2, &b, &[], scoring, &dev).unwrap();
+        let base2 = p2.metric();
+        let got2 = scan(&p2, &ab, false, &mut |_| {}).unwrap();
+        for (h, &v) in got2[0].iter().enumerate() {
+            assert!(
+                (v - base2).abs() <= 1e-6 * (1.0 + base2.abs()),
+                "{name}: head 0.{h} of the cut-off layer moved the logit difference {base2} to {v}"
+            );
+        }
+        assert!(
+            got2[1..].iter().flatten().any(|v| (v - base2).abs() > 1e-4),
+            "{name}: later layers still matter"
+        );
+        assert_eq!(exp.model.n_layers, got2.len());
+        cut += 1;
+    }
+    assert!(cut >= 50, "{cut} variants with a dense W_O");
 }
 
 /// A one-layer model whose head 0 puts all of every row on token 0 (α₁ = 1 exactly): its
@@ -486,6 +581,7 @@ fn dev_of(r: &sinklab::run::OpenRun) -> burn::tensor::Device {
 #[test]
 fn ablate_and_patch_commands_agree_with_themselves_and_refuse_what_does_not_fit() {
     use sinklab::analysis::ablate::AblateReport;
+    use sinklab::analysis::ablate::MeanFrom;
     use sinklab::analysis::patch::PatchReport;
     let dir = tempfile::tempdir().unwrap();
     let exp = common::tiny_experiment(dir.path(), "iv", &["model.n_kv_heads=2"]);
@@ -693,6 +789,117 @@ fn ablate_and_patch_commands_agree_with_themselves_and_refuse_what_does_not_fit(
     assert_eq!(f.row_labels, vec!["1.0", "1.1", "1.2", "1.3"]);
     assert_eq!(f.column_labels.len(), 12);
 
+    // `ablate --metric logit-diff` on the same prompts: ablating nothing is patch's clean
+    // logit difference; a named head's Δ is its scan cell, each control's the cell of its head.
+    let pf = prompts.to_str().unwrap();
+    let ablate_prompts = |extra: &[&str]| -> AblateReport {
+        let mut a = vec!["ablate", run, "--task", "prompts", pf];
+        a.extend(extra);
+        serde_json::from_str(&json(&a)).unwrap()
+    };
+    let ld = ablate_prompts(&["--metric", "logit-diff"]);
+    assert_eq!((ld.sequences, ld.len), (2, 12));
+    assert_eq!(
+        (ld.metric, ld.positions),
+        (Metric::LogitDiff, Positions::Last)
+    );
+    close(ld.baseline, f.clean, "ablate's baseline = patch's clean");
+    let cells = ld.scan.clone().unwrap();
+    assert!(cells.len() == 2 && cells.iter().all(|r| r.len() == 4));
+    assert!(cells.iter().flatten().all(|d| d.is_finite()));
+    assert!(cells.iter().flatten().any(|d| d.abs() > 1e-4), "{cells:?}");
+    let named = ablate_prompts(&[
+        "--metric",
+        "logit-diff",
+        "--heads",
+        "1:2",
+        "--controls",
+        "3",
+    ]);
+    let n = named.named.unwrap();
+    close(n.delta, cells[1][2], "named 1.2 = its scan cell");
+    close(named.baseline, ld.baseline, "the same baseline");
+    for (set, &d) in n.control_sets.iter().zip(&n.controls) {
+        let h: usize = set[0].strip_prefix("1.").unwrap().parse().unwrap();
+        close(d, cells[1][h], &format!("control {set:?}"));
+    }
+    // every --positions reads the answer, the one counted target of a prompt
+    let all = ablate_prompts(&[
+        "--metric",
+        "logit-diff",
+        "--positions",
+        "all",
+        "--heads",
+        "1:2",
+    ]);
+    close(
+        all.named.unwrap().delta,
+        cells[1][2],
+        "--positions all = last",
+    );
+    // key/value groups, mean over the corrupted prompts, resample between the two prompts
+    let kv = ablate_prompts(&["--metric", "logit-diff", "--heads", "kv all"]);
+    let g = kv.scan.unwrap();
+    assert!(
+        g.len() == 2
+            && g.iter()
+                .all(|r| r.len() == 2 && r.iter().all(|d| d.is_finite()))
+    );
+    let mean = ablate_prompts(&[
+        "--metric",
+        "logit-diff",
+        "--kind",
+        "mean",
+        "--mean-from",
+        "task",
+    ]);
+    let r = mean.mean_from.unwrap();
+    assert_eq!((r.from, r.sequences, r.len), (MeanFrom::Task, 2, 12));
+    close(mean.baseline, ld.baseline, "mean: the same baseline");
+    let res = ablate_prompts(&["--metric", "logit-diff", "--kind", "resample"]);
+    assert_eq!(res.resample_perm, Some(vec![1, 0]));
+    // the loss metric on prompts is patch's loss of the answer
+    let loss = ablate_prompts(&["--metric", "loss", "--heads", "1:2"]);
+    let pl: PatchReport = serde_json::from_str(&json(&[
+        "patch",
+        run,
+        "--prompts",
+        pf,
+        "--metric",
+        "loss",
+        "--layers",
+        "1",
+    ]))
+    .unwrap();
+    close(
+        loss.baseline,
+        pl.clean,
+        "ablate's loss = patch's clean loss",
+    );
+    let (code, text) = common::sinklab_output(
+        None,
+        &[
+            "ablate",
+            run,
+            "--task",
+            "prompts",
+            pf,
+            "--metric",
+            "logit-diff",
+            "--out",
+            o,
+        ],
+    );
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("largest drops (most negative Δ)"), "{text}");
+    let one = dir.path().join("one.jsonl");
+    std::fs::write(
+        &one,
+        "{\"clean\": \"ab\", \"corrupt\": \"ac\", \"answer\": \"c\", \"wrong\": \"d\"}\n",
+    )
+    .unwrap();
+    let one = one.to_str().unwrap();
+
     let bad = dir.path().join("bad.jsonl");
     for (lines, want) in [
         (
@@ -732,7 +939,15 @@ fn ablate_and_patch_commands_agree_with_themselves_and_refuse_what_does_not_fit(
         (vec!["ablate", "--task", "poem"], "valid tasks are"),
         (
             vec!["ablate", "--metric", "logit-diff"],
-            "needs answers: use sinklab patch",
+            "needs an answer and a wrong answer per prompt: use --task prompts",
+        ),
+        (
+            vec!["ablate", "--task", "prompts", pf, "--sequences", "4"],
+            "--sequences: --task prompts takes every prompt",
+        ),
+        (
+            vec!["ablate", "--task", "prompts", one, "--kind", "resample"],
+            "needs at least 2 sequences, the task has 1",
         ),
         (
             vec!["ablate", "--mean-from", "task"],
