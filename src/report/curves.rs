@@ -3,8 +3,8 @@
 //!
 //! - `plots/sink1.png`: Sink₁ at every ε against step;
 //! - `plots/heads.png`: every head's attention to token 1 (`sink/importance_first/*`);
-//! - `plots/heads_forming.png`: each layer's best previous-token and induction head on the
-//!   live repeat probe (`heads/…`), beside Sink₁ / 100 at the headline ε;
+//! - `plots/heads_forming.png`: each layer's best previous-token and induction head and its
+//!   mean α₁ on the live repeat probe (`heads/…`), beside Sink₁ / 100 at the headline ε;
 //! - `plots/loss.png`: training and validation loss (and, on a synthetic task, the copy and
 //!   bigram losses, or the repeated and fresh targets' losses);
 //! - `plots/drain.png`: every head's value drain ‖v₁‖ / mean ‖v_t‖ and every layer's
@@ -47,11 +47,16 @@ fn series(records: &Records, prefix: &str, rename: &dyn Fn(&str) -> String) -> V
         .collect()
 }
 
-/// The best head of each layer on a live head score (`heads/{name}/layer{ll}_head{hh}`), one
-/// series per layer: the largest value over the layer's heads at each step.
-fn best_per_layer(records: &Records, score: Score) -> Vec<Series> {
+/// A live head score (`heads/{name}/layer{ll}_head{hh}`) reduced over each layer's heads at
+/// each step by `reduce`, one series per layer named `{name} L{l} ({what})`.
+fn per_layer(
+    records: &Records,
+    score: Score,
+    reduce: fn(&[f64]) -> f64,
+    what: &str,
+) -> Vec<Series> {
     let prefix = format!("heads/{}/layer", score.name());
-    let mut by_layer: BTreeMap<usize, BTreeMap<u64, f64>> = BTreeMap::new();
+    let mut by_layer: BTreeMap<usize, BTreeMap<u64, Vec<f64>>> = BTreeMap::new();
     for (step, scalars) in records {
         for (k, v) in scalars.range(prefix.clone()..) {
             let Some(rest) = k.strip_prefix(&prefix) else {
@@ -61,23 +66,34 @@ fn best_per_layer(records: &Records, score: Score) -> Vec<Series> {
                 continue;
             };
             if v.is_finite() {
-                let best = by_layer
+                by_layer
                     .entry(layer)
                     .or_default()
                     .entry(*step)
-                    .or_insert(*v);
-                *best = best.max(*v);
+                    .or_default()
+                    .push(*v);
             }
         }
     }
     by_layer
         .into_iter()
-        .map(|(l, points)| Series {
-            name: format!("{} L{l} (best head)", score.name()),
-            points: points.into_iter().map(|(s, v)| (s as f64, v)).collect(),
+        .map(|(l, steps)| Series {
+            name: format!("{} L{l} ({what})", score.name()),
+            points: steps
+                .into_iter()
+                .map(|(s, v)| (s as f64, reduce(&v)))
+                .collect(),
             err: None,
         })
         .collect()
+}
+
+fn best(v: &[f64]) -> f64 {
+    v.iter().copied().fold(f64::MIN, f64::max)
+}
+
+fn mean(v: &[f64]) -> f64 {
+    v.iter().sum::<f64>() / v.len() as f64
 }
 
 fn chart(path: &Path, title: &str, y: &str, series: &[Series], y_scale: Scale) -> Result<bool> {
@@ -131,8 +147,9 @@ pub fn run_curves(run_dir: &Path, out: &Path) -> Result<String> {
     }));
     let heads = series(&records, "sink/importance_first/", &layer_head);
     // heads forming: each layer's best previous-token and induction head, beside Sink₁ / 100
-    let mut forming = best_per_layer(&records, Score::Previous);
-    forming.extend(best_per_layer(&records, Score::Induction));
+    let mut forming = per_layer(&records, Score::Previous, best, "best head");
+    forming.extend(per_layer(&records, Score::Induction, best, "best head"));
+    forming.extend(per_layer(&records, Score::Alpha1, mean, "mean over heads"));
     if !forming.is_empty() {
         let headline = format!(
             "ε = {}",
@@ -163,7 +180,7 @@ pub fn run_curves(run_dir: &Path, out: &Path) -> Result<String> {
         ),
         (
             "heads_forming.png",
-            "heads forming (repeat probe) beside the sink",
+            "heads forming (repeat probe): best previous / induction head, mean α₁; the sink",
             "score",
             &forming,
             Scale::Linear,
