@@ -264,7 +264,7 @@ impl Default for RepeatTask {
             min_segment: 4,
             max_segment: 16,
             copy_probability: 0.5,
-            skip_bigram: 0.5,
+            skip_bigram: 0.0,
             task_seed: 0,
             sequences: 65536,
             length: None,
