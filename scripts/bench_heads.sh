@@ -15,9 +15,9 @@
 # The scans walk each batch once recording `resid_pre` of every layer, restart every layer-l
 # intervention at layer l, run the heads of a layer together as copies of the batch, and keep
 # only per-row reductions of the logits (src/intervene/). For comparison, `sinklab bench --heads`
-# times one layer's 9 heads (layer 15, the same repeat batch as ablate) three ways: one full
-# forward per head (naive), batched from layer 0, and batched and restarted at the layer; it
-# checks the three give the same losses. The naive whole-model figure is EXTRAPOLATED from it:
+# times one layer's 9 heads (layer 15, the same repeat batch as ablate) four ways: one full
+# forward per head (naive), the 9 batched as copies from layer 0, one head per walk restarted
+# at the layer, and batched and restarted (the scan); it checks the four give the same losses. The naive whole-model figure is EXTRAPOLATED from it:
 # record + 270 × (naive time of the 9 heads / 9); the other rows are measured.
 #
 # Writes RESULTS_DIR/heads_scan.md (a Markdown table: command, wall s, peak RSS, heads/s, commit,
@@ -74,7 +74,7 @@ timed ablate '`ablate --sequences 4` (270 heads zero-ablated, repeat n 50)' "$he
   "$exe" ablate "$run" --sequences 4 --out "$tmp/ablate"
 timed patch '`patch --n 20 --sequences 8 --site z` (270 heads)' "$heads" \
   "$exe" patch "$run" --n 20 --sequences 8 --site z --out "$tmp/patch"
-timed bench_heads '`bench --heads --sequences 4` (layer 15 three ways, see below)' - \
+timed bench_heads '`bench --heads --sequences 4` (layer 15 four ways, see below)' - \
   "$exe" bench "$run" --heads --sequences 4 --json
 json="$(tail -n 1 "$raw/bench_heads.log")"
 field() { python3 -c "import json, sys; print(round(json.loads(sys.argv[1])['$1'], 2))" "$json"; }
@@ -96,8 +96,8 @@ rows+=("| naive ablate scan: 270 full forwards, one per head (**extrapolated**: 
   echo "\`bench --heads\`: zero ablation of layer 15's 9 heads on the ablate batch (4 × 101 tokens),"
   echo "loss at the second half (s; measured):"
   echo
-  echo "| record (one walk, resid_pre of every layer) | naive (9 full forwards) | batched (9 copies from layer 0) | batched, restarted at layer 15 | largest loss difference |"
-  echo "|---|---|---|---|---|"
-  echo "| $(field record_s) | $(field naive_s) | $(field batched_s) | $(field restarted_s) | $(python3 -c "import json, sys; print(json.loads(sys.argv[1])['max_abs_diff'])" "$json") |"
+  echo "| record (one walk, resid_pre of every layer) | naive (9 full forwards) | batched (9 copies from layer 0) | one head per walk, restarted at layer 15 | batched, restarted at layer 15 (the scan) | largest loss difference |"
+  echo "|---|---|---|---|---|---|"
+  echo "| $(field record_s) | $(field naive_s) | $(field batched_s) | $(field restarted_one_s) | $(field restarted_s) | $(python3 -c "import json, sys; print(json.loads(sys.argv[1])['max_abs_diff'])" "$json") |"
 } > "$results/heads_scan.md"
 cat "$results/heads_scan.md"

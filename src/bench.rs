@@ -14,9 +14,9 @@
 //! cache, each step's logits read back (FLOPs per token `2·N + 4·L·d·(N+1)/2`, the mean cache
 //! length).
 //!
-//! `--heads` times a zero-ablation scan of one layer's heads on a run's model three ways —
-//! one full forward per head, the heads batched as copies from layer 0, and batched and
-//! restarted at the layer from the recorded `resid_pre` — see [`HeadsBench`];
+//! `--heads` times a zero-ablation scan of one layer's heads on a run's model four ways —
+//! from layer 0 or restarted at the layer from the recorded `resid_pre`, one head per walk or
+//! the heads batched as copies — see [`HeadsBench`];
 //! `scripts/bench_heads.sh` puts it beside the whole-model `heads`, `ablate` and `patch`.
 
 use crate::backend;
@@ -236,9 +236,10 @@ pub fn run(
 /// - `naive`: each head of the layer on its own, one full forward from layer 0 per head (what
 ///   a scan without the record costs; ×(layers · heads) estimates the naive whole-model scan);
 /// - `batched`: the layer's heads at once as copies of the batch, still from layer 0;
-/// - `restarted`: the same copies walked from the layer's recorded `resid_pre` (the scan).
+/// - `restarted_one`: each head on its own, walked from the layer's recorded `resid_pre`;
+/// - `restarted`: the heads as copies, walked from the recorded `resid_pre` (the scan).
 ///
-/// The three give the same loss per head (`max_abs_diff`).
+/// The four give the same loss per head (`max_abs_diff`).
 #[derive(Debug, Serialize)]
 pub struct HeadsBench {
     pub layers: usize,
@@ -249,17 +250,18 @@ pub struct HeadsBench {
     pub record_s: f64,
     pub naive_s: f64,
     pub batched_s: f64,
+    pub restarted_one_s: f64,
     pub restarted_s: f64,
     /// `naive_s / heads_per_layer`: one head, one full forward.
     pub naive_per_head_s: f64,
     /// `record_s + naive_per_head_s · layers · heads_per_layer`: extrapolated, not measured.
     pub naive_scan_estimate_s: f64,
-    /// The largest |loss difference| between the three ways, over the layer's heads.
+    /// The largest |loss difference| between the four ways, over the layer's heads.
     pub max_abs_diff: f64,
     pub peak_rss_mib: f64,
 }
 
-/// Time one layer's zero-ablation scan three ways (see [`HeadsBench`]).
+/// Time one layer's zero-ablation scan four ways (see [`HeadsBench`]).
 pub fn heads(
     run: &crate::run::OpenRun,
     n: usize,
@@ -288,32 +290,33 @@ pub fn heads(
         .map(|head| vec![Unit::Head { layer, head }])
         .collect();
     let b = batch.batch;
-    // every set's copy walked from layer `from`, `per` copies at a time
-    let from_zero = |per: usize| -> Result<Vec<f64>> {
+    // every set's copy walked from layer `from` (default: the layer), `per` copies at a time
+    let walk = |from: Option<usize>, per: usize| -> Result<Vec<f64>> {
         let mut out = Vec::new();
         for chunk in sets.chunks(per) {
-            let (_, mut hooks) =
+            let (start, mut hooks) =
                 hooks_for(&p, &ab, chunk)?.ok_or_else(|| anyhow::anyhow!("no head to ablate"))?;
-            let end = p.walk_copies(0, chunk.len(), &mut hooks); // restart ignored: layer 0
+            let end = p.walk_copies(from.unwrap_or(start), chunk.len(), &mut hooks);
             let r = p.metric_rows(end, chunk.len());
             out.extend(r.chunks(b).map(aggregate));
         }
         Ok(out)
     };
     let t0 = Instant::now();
-    let naive = from_zero(1)?;
+    let naive = walk(Some(0), 1)?;
     let naive_s = t0.elapsed().as_secs_f64();
     let t0 = Instant::now();
-    let batched = from_zero(p.max_copies())?;
+    let batched = walk(Some(0), p.max_copies())?;
     let batched_s = t0.elapsed().as_secs_f64();
+    let t0 = Instant::now();
+    let restarted_one = walk(None, 1)?;
+    let restarted_one_s = t0.elapsed().as_secs_f64();
     let t0 = Instant::now();
     let restarted = ablate_sets(&p, &ab, &sets, &mut |_| {})?;
     let restarted_s = t0.elapsed().as_secs_f64();
-    let max_abs_diff = naive
+    let max_abs_diff = [batched, restarted_one, restarted]
         .iter()
-        .zip(&batched)
-        .zip(&restarted)
-        .map(|((a, b), c)| (a - b).abs().max((a - c).abs()))
+        .flat_map(|w| w.iter().zip(&naive).map(|(a, b)| (a - b).abs()))
         .fold(0.0, f64::max);
     let naive_per_head_s = naive_s / cfg.n_heads as f64;
     Ok(HeadsBench {
@@ -325,6 +328,7 @@ pub fn heads(
         record_s,
         naive_s,
         batched_s,
+        restarted_one_s,
         restarted_s,
         naive_per_head_s,
         naive_scan_estimate_s: record_s + naive_per_head_s * (cfg.n_layers * cfg.n_heads) as f64,

@@ -37,9 +37,9 @@ pub struct Args {
     /// Time training even when the memory estimate exceeds what the device has.
     #[arg(long)]
     pub skip_memory_check: bool,
-    /// Time a zero-ablation scan of one layer's heads of the run EXPERIMENT three ways: one full
-    /// forward per head, batched from layer 0, batched and restarted at the layer (the scan of
-    /// `sinklab ablate`), on the repeat task.
+    /// Time a zero-ablation scan of one layer's heads of the run EXPERIMENT four ways: from
+    /// layer 0 or restarted at the layer, one head per walk or the heads batched as copies
+    /// (restarted and batched: the scan of `sinklab ablate`), on the repeat task.
     #[arg(long, conflicts_with_all = ["forward", "decode"])]
     pub heads: bool,
     /// --heads: the layer whose heads are timed (default: the middle one).
@@ -149,6 +149,10 @@ fn heads(a: Args) -> Result<()> {
         ("naive (one full forward per head)".to_string(), r.naive_s),
         (format!("batched ({h} copies from layer 0)"), r.batched_s),
         (
+            format!("one head per walk, restarted at layer {}", r.layer),
+            r.restarted_one_s,
+        ),
+        (
             format!("batched, restarted at layer {}", r.layer),
             r.restarted_s,
         ),
@@ -163,7 +167,7 @@ fn heads(a: Args) -> Result<()> {
         r.naive_per_head_s
     );
     println!(
-        "largest loss difference between the ways: {:.2e}",
+        "largest loss difference between the four ways: {:.2e}",
         r.max_abs_diff
     );
     println!("peak RSS: {:.0} MiB", r.peak_rss_mib);

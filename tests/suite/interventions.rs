@@ -535,8 +535,8 @@ fn ablate_and_patch_commands_agree_with_themselves_and_refuse_what_does_not_fit(
     let d = scan.dormancy.as_ref().unwrap();
     assert_eq!(d.dormant.heads + d.active.heads, 8);
 
-    // `bench --heads`: a full forward per head, batched from layer 0, and batched and
-    // restarted at the layer give the same losses (its times are a benchmark's, not asserted).
+    // `bench --heads`: from layer 0 or restarted at the layer, one head per walk or batched,
+    // give the same losses (its times are a benchmark's, not asserted).
     let (code, text, err) = common::sinklab_in(
         None,
         &[
@@ -555,7 +555,7 @@ fn ablate_and_patch_commands_agree_with_themselves_and_refuse_what_does_not_fit(
         (&2.into(), &4.into(), &1.into(), &31.into())
     );
     let diff = b["max_abs_diff"].as_f64().unwrap();
-    assert!(diff <= 1e-5, "the three ways differ by {diff}");
+    assert!(diff <= 1e-5, "the four ways differ by {diff}");
     let (code, text) = common::sinklab_output(None, &["bench", run, "--heads", "--layer", "2"]);
     assert_ne!(code, 0);
     assert!(
