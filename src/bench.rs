@@ -13,6 +13,11 @@
 //! `generate`: one stream (batch 1) of N tokens fed one at a time through a dense key/value
 //! cache, each step's logits read back (FLOPs per token `2·N + 4·L·d·(N+1)/2`, the mean cache
 //! length).
+//!
+//! `--heads` times a zero-ablation scan of one layer's heads on a run's model four ways —
+//! from layer 0 or restarted at the layer from the recorded `resid_pre`, one head per walk or
+//! the heads batched as copies — see [`HeadsBench`];
+//! `scripts/bench_heads.sh` puts it beside the whole-model `heads`, `ablate` and `patch`.
 
 use crate::backend;
 use crate::config::{DeviceKind, Experiment};
@@ -220,5 +225,114 @@ pub fn run(
         mfu: achieved / peak_gflops,
         peak_rss_mib: crate::memory::peak_rss().map_or(0.0, |b| b as f64 / (1u64 << 20) as f64),
         threads: rayon::current_num_threads(),
+    })
+}
+
+/// `sinklab bench RUN --heads`: what restarting at the layer and batching a layer's heads
+/// buy in a zero-ablation scan (the path of `sinklab ablate`), measured on one layer's heads
+/// of a run's model on the repeat task ([first, R, R], loss at the second half):
+///
+/// - `record`: the one walk of the batch that records `resid_pre` of every layer;
+/// - `naive`: each head of the layer on its own, one full forward from layer 0 per head (what
+///   a scan without the record costs; ×(layers · heads) estimates the naive whole-model scan);
+/// - `batched`: the layer's heads at once as copies of the batch, still from layer 0;
+/// - `restarted_one`: each head on its own, walked from the layer's recorded `resid_pre`;
+/// - `restarted`: the heads as copies, walked from the recorded `resid_pre` (the scan).
+///
+/// The four give the same loss per head (`max_abs_diff`).
+#[derive(Debug, Serialize)]
+pub struct HeadsBench {
+    pub layers: usize,
+    pub heads_per_layer: usize,
+    pub sequences: usize,
+    pub tokens: usize,
+    pub layer: usize,
+    pub record_s: f64,
+    pub naive_s: f64,
+    pub batched_s: f64,
+    pub restarted_one_s: f64,
+    pub restarted_s: f64,
+    /// `naive_s / heads_per_layer`: one head, one full forward.
+    pub naive_per_head_s: f64,
+    /// `record_s + naive_per_head_s · layers · heads_per_layer`: extrapolated, not measured.
+    pub naive_scan_estimate_s: f64,
+    /// The largest |loss difference| between the four ways, over the layer's heads.
+    pub max_abs_diff: f64,
+    pub peak_rss_mib: f64,
+}
+
+/// Time one layer's zero-ablation scan four ways (see [`HeadsBench`]).
+pub fn heads(
+    run: &crate::run::OpenRun,
+    n: usize,
+    sequences: usize,
+    layer: usize,
+    seed: u64,
+) -> Result<HeadsBench> {
+    use crate::analysis::tasks::{Task, task_batch};
+    use crate::intervene::ablate::{Ablation, ablate_sets, hooks_for};
+    use crate::intervene::{AblationKind, Metric, Positions, Prepared, Scoring, Unit, aggregate};
+    let cfg = &run.exp.model;
+    if layer >= cfg.n_layers {
+        anyhow::bail!("--layer {layer}: the model has layers 0..{}", cfg.n_layers);
+    }
+    let batch = task_batch(run, &Task::Repeat { n, reps: 2 }, sequences, seed)?.batch;
+    let scoring = Scoring {
+        metric: Metric::Loss,
+        weights: Positions::SecondHalf.weights(&batch),
+        answers: None,
+    };
+    let t0 = Instant::now();
+    let p = Prepared::new(&run.model, &batch, &[], scoring, &run.device)?;
+    let record_s = t0.elapsed().as_secs_f64();
+    let ab = Ablation::new(AblationKind::Zero, batch.batch, seed, None);
+    let sets: Vec<Vec<Unit>> = (0..cfg.n_heads)
+        .map(|head| vec![Unit::Head { layer, head }])
+        .collect();
+    let b = batch.batch;
+    // every set's copy walked from layer `from` (default: the layer), `per` copies at a time
+    let walk = |from: Option<usize>, per: usize| -> Result<Vec<f64>> {
+        let mut out = Vec::new();
+        for chunk in sets.chunks(per) {
+            let (start, mut hooks) =
+                hooks_for(&p, &ab, chunk)?.ok_or_else(|| anyhow::anyhow!("no head to ablate"))?;
+            let end = p.walk_copies(from.unwrap_or(start), chunk.len(), &mut hooks);
+            let r = p.metric_rows(end, chunk.len());
+            out.extend(r.chunks(b).map(aggregate));
+        }
+        Ok(out)
+    };
+    let t0 = Instant::now();
+    let naive = walk(Some(0), 1)?;
+    let naive_s = t0.elapsed().as_secs_f64();
+    let t0 = Instant::now();
+    let batched = walk(Some(0), p.max_copies())?;
+    let batched_s = t0.elapsed().as_secs_f64();
+    let t0 = Instant::now();
+    let restarted_one = walk(None, 1)?;
+    let restarted_one_s = t0.elapsed().as_secs_f64();
+    let t0 = Instant::now();
+    let restarted = ablate_sets(&p, &ab, &sets, &mut |_| {})?;
+    let restarted_s = t0.elapsed().as_secs_f64();
+    let max_abs_diff = [batched, restarted_one, restarted]
+        .iter()
+        .flat_map(|w| w.iter().zip(&naive).map(|(a, b)| (a - b).abs()))
+        .fold(0.0, f64::max);
+    let naive_per_head_s = naive_s / cfg.n_heads as f64;
+    Ok(HeadsBench {
+        layers: cfg.n_layers,
+        heads_per_layer: cfg.n_heads,
+        sequences: b,
+        tokens: batch.len,
+        layer,
+        record_s,
+        naive_s,
+        batched_s,
+        restarted_one_s,
+        restarted_s,
+        naive_per_head_s,
+        naive_scan_estimate_s: record_s + naive_per_head_s * (cfg.n_layers * cfg.n_heads) as f64,
+        max_abs_diff,
+        peak_rss_mib: crate::memory::peak_rss().map_or(0.0, |b| b as f64 / (1u64 << 20) as f64),
     })
 }

@@ -7,7 +7,8 @@ use std::path::PathBuf;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Experiment TOML file (model, micro_batch, ctx and optimizer are taken from it).
+    /// Experiment TOML file (model, micro_batch, ctx and optimizer are taken from it); with
+    /// --heads, a run directory.
     pub experiment: PathBuf,
     #[command(flatten)]
     pub overrides: Overrides,
@@ -36,9 +37,26 @@ pub struct Args {
     /// Time training even when the memory estimate exceeds what the device has.
     #[arg(long)]
     pub skip_memory_check: bool,
+    /// Time a zero-ablation scan of one layer's heads of the run EXPERIMENT four ways: from
+    /// layer 0 or restarted at the layer, one head per walk or the heads batched as copies
+    /// (restarted and batched: the scan of `sinklab ablate`), on the repeat task.
+    #[arg(long, conflicts_with_all = ["forward", "decode"])]
+    pub heads: bool,
+    /// --heads: the layer whose heads are timed (default: the middle one).
+    #[arg(long, requires = "heads")]
+    pub layer: Option<usize>,
+    /// --heads: distinct tokens of the repeat task [first, R, R].
+    #[arg(long, default_value_t = 50, requires = "heads")]
+    pub n: usize,
+    /// --heads: sequences of the repeat task.
+    #[arg(long, default_value_t = 4, requires = "heads")]
+    pub sequences: usize,
 }
 
 pub fn run(a: Args) -> Result<()> {
+    if a.heads {
+        return heads(a);
+    }
     let exp = a.overrides.load(&a.experiment)?;
     // Training builds what `train` does (the estimate is a training run's); inference needs
     // a fraction of it and is not checked.
@@ -98,6 +116,59 @@ pub fn run(a: Args) -> Result<()> {
         r.peak_gflops,
         r.peak_source,
         100.0 * r.mfu
+    );
+    println!("peak RSS: {:.0} MiB", r.peak_rss_mib);
+    Ok(())
+}
+
+fn heads(a: Args) -> Result<()> {
+    if !a.overrides.set.is_empty() {
+        anyhow::bail!("--heads times a run's model as it is: --set does not apply");
+    }
+    let device = super::RunDevice {
+        device: a.overrides.device.clone(),
+    };
+    let run = device.open(&a.experiment)?;
+    let layer = a.layer.unwrap_or(run.exp.model.n_layers / 2);
+    let r = bench::heads(&run, a.n, a.sequences, layer, 0)?;
+    if a.json {
+        println!("{}", serde_json::to_string(&r)?);
+        return Ok(());
+    }
+    let h = r.heads_per_layer;
+    println!(
+        "sinklab bench --heads: {} layers × {h} heads | zero ablation of layer {}'s heads, \
+         {} sequences × {} tokens (repeat task, loss at the second half)",
+        r.layers, r.layer, r.sequences, r.tokens
+    );
+    let rows = [
+        (
+            "record (one walk, resid_pre of every layer)".to_string(),
+            r.record_s,
+        ),
+        ("naive (one full forward per head)".to_string(), r.naive_s),
+        (format!("batched ({h} copies from layer 0)"), r.batched_s),
+        (
+            format!("one head per walk, restarted at layer {}", r.layer),
+            r.restarted_one_s,
+        ),
+        (
+            format!("batched, restarted at layer {}", r.layer),
+            r.restarted_s,
+        ),
+    ];
+    for (what, secs) in rows {
+        println!("{what:<44} {secs:7.2} s");
+    }
+    println!(
+        "naive whole-model scan, extrapolated: {:.0} s (record + {} × {:.2} s)",
+        r.naive_scan_estimate_s,
+        r.layers * h,
+        r.naive_per_head_s
+    );
+    println!(
+        "largest loss difference between the four ways: {:.2e}",
+        r.max_abs_diff
     );
     println!("peak RSS: {:.0} MiB", r.peak_rss_mib);
     Ok(())

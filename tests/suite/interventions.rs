@@ -631,6 +631,34 @@ fn ablate_and_patch_commands_agree_with_themselves_and_refuse_what_does_not_fit(
     let d = scan.dormancy.as_ref().unwrap();
     assert_eq!(d.dormant.heads + d.active.heads, 8);
 
+    // `bench --heads`: from layer 0 or restarted at the layer, one head per walk or batched,
+    // give the same losses (its times are a benchmark's, not asserted).
+    let (code, text, err) = common::sinklab_in(
+        None,
+        &[
+            "bench", run, "--heads", "--n", "15", "--layer", "1", "--json",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let b: serde_json::Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+    assert_eq!(
+        (
+            &b["layers"],
+            &b["heads_per_layer"],
+            &b["layer"],
+            &b["tokens"]
+        ),
+        (&2.into(), &4.into(), &1.into(), &31.into())
+    );
+    let diff = b["max_abs_diff"].as_f64().unwrap();
+    assert!(diff <= 1e-5, "the four ways differ by {diff}");
+    let (code, text) = common::sinklab_output(None, &["bench", run, "--heads", "--layer", "2"]);
+    assert_ne!(code, 0);
+    assert!(
+        text.contains("--layer 2: the model has layers 0..2"),
+        "{text}"
+    );
+
     // A named head against 5 matched-random heads of its layer: the same Δ as the scan's.
     let named: AblateReport = serde_json::from_str(&json(&[
         "ablate",
