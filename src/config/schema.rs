@@ -681,6 +681,19 @@ pub struct HeadMetricsConfig {
     pub seed: u64,
 }
 
+impl HeadMetricsConfig {
+    /// The live probe that fits `ctx` and `probe_len` (what loading an experiment fills in for
+    /// text data): n = (min(ctx, probe_len) − 1) / 2, off where that is below 2.
+    pub fn fitting(ctx: usize, probe_len: usize) -> Self {
+        let n = (ctx.min(probe_len).max(1) - 1) / 2;
+        Self {
+            enabled: n >= 2,
+            n: n.max(2),
+            ..Self::default()
+        }
+    }
+}
+
 impl Default for HeadMetricsConfig {
     fn default() -> Self {
         Self {

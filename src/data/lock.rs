@@ -139,9 +139,23 @@ impl DirLock {
             let p = self.dir.join(LOCK_FILE);
             std::fs::remove_file(&p).with_context(|| format!("removing {}", p.display()))?;
         }
-        if self.created_dir && std::fs::read_dir(&self.dir)?.next().is_none() {
-            std::fs::remove_dir(&self.dir)
-                .with_context(|| format!("removing {}", self.dir.display()))?;
+        // The directory goes when it is empty and this attempt created it — or created the
+        // lock file in it: another process's failed attempt may have removed its own lock file
+        // and then found this one's there, leaving the directory to this attempt. Another
+        // process may take the lock in it meanwhile (then it is not empty) or remove it.
+        if (self.created_dir || self.created_lock) && std::fs::read_dir(&self.dir)?.next().is_none()
+        {
+            match std::fs::remove_dir(&self.dir) {
+                Ok(()) => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::DirectoryNotEmpty | std::io::ErrorKind::NotFound
+                    ) => {}
+                Err(e) => {
+                    return Err(e).with_context(|| format!("removing {}", self.dir.display()));
+                }
+            }
         }
         drop(self.file); // releases the lock
         Ok(())

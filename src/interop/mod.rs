@@ -22,8 +22,8 @@ pub mod hf_export;
 use crate::backend::Provenance;
 use crate::checkpoint::{self, HostTensor};
 use crate::config::{
-    BlockConfig, DataConfig, Experiment, FfnConfig, HeadKind, MetricsConfig, ModelConfig,
-    NormConfig, OptimConfig, PositionsConfig, RopePairing, RunConfig, ScheduleConfig,
+    BlockConfig, DataConfig, Experiment, FfnConfig, HeadKind, HeadMetricsConfig, MetricsConfig,
+    ModelConfig, NormConfig, OptimConfig, PositionsConfig, RopePairing, RunConfig, ScheduleConfig,
     TokenizerConfig, TrainConfig,
 };
 use crate::model::Lm;
@@ -232,6 +232,7 @@ pub fn experiment(imp: &Imported, out: &Path, ctx: usize) -> Result<Experiment> 
         metrics: MetricsConfig {
             probe_len: 64.min(ctx),
             k_max: 10.min(64.min(ctx)),
+            heads: HeadMetricsConfig::fitting(ctx, 64.min(ctx)),
             ..MetricsConfig::default()
         },
     };
