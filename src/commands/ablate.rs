@@ -40,10 +40,11 @@ pub struct Args {
     /// last position.
     #[arg(long, value_parser = ["all", "last", "second-half"])]
     pub positions: Option<String>,
-    /// Distinct tokens of the repeat task.
-    #[arg(long, default_value_t = 50)]
-    pub n: usize,
-    /// Tokens per sequence of the natural, text and bb tasks (default: min(model.ctx, 128)).
+    /// Distinct tokens of the repeat task (default 50; only with --task repeat).
+    #[arg(long)]
+    pub n: Option<usize>,
+    /// Tokens per sequence of the natural, text and bb tasks (default: min(model.ctx, 128); the
+    /// repeat task has 2·n + 1).
     #[arg(long)]
     pub len: Option<usize>,
     /// Sequences of the task (default 8; a prompts file gives all its prompts).
@@ -90,7 +91,19 @@ pub fn run(a: Args) -> Result<()> {
         .collect::<Vec<_>>()
         .as_slice()
     {
-        ["repeat"] => Task::Repeat { n: a.n, reps: 2 },
+        ["repeat"] => {
+            if let Some(l) = a.len {
+                bail!("--len {l}: the repeat task's sequences have 2·--n + 1 tokens; set --n");
+            }
+            Task::Repeat {
+                n: a.n.unwrap_or(50),
+                reps: 2,
+            }
+        }
+        [other, ..] if a.n.is_some() && *other != "repeat" => bail!(
+            "--n: only --task repeat has a segment length (--task {other} reads --len and \
+             --sequences)"
+        ),
         ["natural"] => Task::Natural { len },
         ["text", file] => Task::Text {
             file: file.into(),

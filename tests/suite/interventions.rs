@@ -983,6 +983,14 @@ fn ablate_and_patch_commands_agree_with_themselves_and_refuse_what_does_not_fit(
         ),
         (vec!["ablate", "--n", "40"], "use --n ≤ 15"),
         (
+            vec!["ablate", "--task", "natural", "--n", "10"],
+            "--n: only --task repeat has a segment length",
+        ),
+        (
+            vec!["ablate", "--len", "20"],
+            "--len 20: the repeat task's sequences have 2·--n + 1 tokens",
+        ),
+        (
             vec!["ablate", "--heads", "1:0", "--controls", "0"],
             "at least one matched-random set",
         ),
@@ -1016,7 +1024,9 @@ fn ablate_and_patch_commands_agree_with_themselves_and_refuse_what_does_not_fit(
         ),
     ] {
         let mut a = vec![args[0], run, "--out", o];
-        if !args.contains(&"--n") {
+        // the repeat task (the default) fits ctx 32 with n ≤ 15; other tasks take no --n
+        let takes_n = !(args[0] == "ablate" && args.contains(&"--task"));
+        if takes_n && !args.contains(&"--n") {
             a.extend(["--n", if args[0] == "patch" { "10" } else { "15" }]);
         }
         a.extend(&args[1..]);
