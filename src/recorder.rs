@@ -88,16 +88,7 @@ fn regex_escape(s: &str) -> String {
 /// down, heads across, viridis over 0..1 with a colour bar, each value written in its cell.
 /// `sinklab analyze` draws `importance_first.png` with it.
 pub fn importance_map(rows: &[Vec<f64>], title: &str) -> Result<Vec<u8>> {
-    plot::heatmap(&Heatmap {
-        title,
-        x_label: "head",
-        y_label: "layer",
-        rows,
-        x_ticks: None,
-        y_ticks: None,
-        range: Some((0.0, 1.0)),
-        annotate: true,
-    })
+    head_map(rows, title, Some((0.0, 1.0)))
 }
 
 /// The heat map of one score, `rows[layer][head]`, in the layout of `importance_first.png`.

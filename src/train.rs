@@ -208,6 +208,9 @@ struct Trainer<'a> {
     /// when there are changes.
     val: Batch,
     val_plain: Option<Batch>,
+    /// The validation batch split by target kind on a synthetic task, with each part's metric
+    /// name: copy / bigram targets (Bigram-Backcopy), repeated / fresh (repeat); split once.
+    val_parts: Vec<(&'static str, Batch)>,
     probe: Batch,
     /// The live head scores' repeat probe (`metrics.heads`), when enabled.
     head_probe: Option<Batch>,
@@ -363,6 +366,16 @@ impl<'a> Trainer<'a> {
         let mut val = val_plain.clone();
         sampler.apply_token_changes(&mut val);
         let val_plain = sampler.has_token_changes().then_some(val_plain);
+        let mut val_parts = Vec::new();
+        if let Some((copy, bigram)) = data::split_targets(&exp.data, &val) {
+            val_parts.extend([("bb/loss_copy", copy), ("bb/loss_bigram", bigram)]);
+        }
+        if let Some((repeated, fresh)) = data::split_repeated(&exp.data, &val) {
+            val_parts.extend([
+                ("repeat/loss_repeated", repeated),
+                ("repeat/loss_fresh", fresh),
+            ]);
+        }
         let mut probe = data::validation_batch(
             &data,
             exp.metrics.probe_sequences,
@@ -411,6 +424,7 @@ impl<'a> Trainer<'a> {
             sampler,
             val,
             val_plain,
+            val_parts,
             probe,
             head_probe,
             model: Some(model),
@@ -516,27 +530,9 @@ impl<'a> Trainer<'a> {
             let u = eval_loss(self.model(), plain, chunk, &self.base_device);
             scalars.push(("val/loss_unchanged".to_string(), u));
         }
-        if let Some((copy, bigram)) = data::split_targets(&self.exp.data, &self.val) {
-            let dev = &self.base_device;
-            scalars.push((
-                "bb/loss_copy".into(),
-                eval_loss(self.model(), &copy, chunk, dev),
-            ));
-            scalars.push((
-                "bb/loss_bigram".into(),
-                eval_loss(self.model(), &bigram, chunk, dev),
-            ));
-        }
-        if let Some((repeated, fresh)) = data::split_repeated(&self.exp.data, &self.val) {
-            let dev = &self.base_device;
-            scalars.push((
-                "repeat/loss_repeated".into(),
-                eval_loss(self.model(), &repeated, chunk, dev),
-            ));
-            scalars.push((
-                "repeat/loss_fresh".into(),
-                eval_loss(self.model(), &fresh, chunk, dev),
-            ));
+        for (name, part) in &self.val_parts {
+            let l = eval_loss(self.model(), part, chunk, &self.base_device);
+            scalars.push((name.to_string(), l));
         }
         self.rec.scalars(step, &scalars)?;
         self.summary.last_val_loss = Some(v);

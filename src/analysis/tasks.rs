@@ -50,7 +50,7 @@ pub fn trigger_offsets(exp: &Experiment) -> Option<Vec<usize>> {
     match &exp.data.synthetic {
         Some(SyntheticConfig::BigramBackcopy(bb)) => Some(
             (0..bb.triggers)
-                .map(|i| bb.offsets[i % bb.offsets.len()])
+                .map(|i| crate::config::trigger_offset(&bb.offsets, i))
                 .collect(),
         ),
         _ => None,

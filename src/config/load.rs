@@ -557,9 +557,8 @@ pub fn from_str(name: &str, text: &str) -> Result<Experiment, ConfigErrors> {
 
 /// Fill the defaults that depend on other keys into a merged experiment table, before it is
 /// deserialized (so that `resolved.toml` records them): `data.synthetic.length` =
-/// `model.ctx + 1`; `metrics.heads.n` = (min(`model.ctx`, `metrics.probe_len`) − 1) / 2, at
-/// most a synthetic task's vocabulary − 1 (or `metrics.heads.enabled = false` where that is
-/// below 2); a SAS / SAS-P block without `beta_ff`
+/// `model.ctx + 1`; `metrics.heads.n` from [`HeadMetricsConfig::fitting`] (or
+/// `metrics.heads.enabled = false` where no probe fits); a SAS / SAS-P block without `beta_ff`
 /// gets `{ init = sas_beta_ff_init(model.n_layers), trainable = true }`. Values of the wrong
 /// type are left alone for deserialization to report.
 fn fill_dependent_defaults(table: &mut toml::Table) {
@@ -590,7 +589,11 @@ fn fill_dependent_defaults(table: &mut toml::Table) {
                 _ => RepeatTask::default().vocab as i64,
             },
         });
-    let n = ((ctx.min(probe_len) - 1) / 2).min(task_vocab.map_or(i64::MAX, |v| v - 1));
+    let fit = HeadMetricsConfig::fitting(
+        ctx as usize,
+        probe_len as usize,
+        task_vocab.map(|v| v.max(0) as usize),
+    );
     let metrics = table
         .entry("metrics")
         .or_insert_with(|| toml::Value::Table(toml::Table::new()));
@@ -600,8 +603,8 @@ fn fill_dependent_defaults(table: &mut toml::Table) {
             .or_insert_with(|| toml::Value::Table(toml::Table::new()))
         && !heads.contains_key("n")
     {
-        if n >= 2 {
-            heads.insert("n".into(), toml::Value::Integer(n));
+        if fit.enabled {
+            heads.insert("n".into(), toml::Value::Integer(fit.n as i64));
         } else if !heads.contains_key("enabled") {
             // no repeat probe fits (model.ctx < 5 or a task of 2 tokens): off, and said so in
             // resolved.toml

@@ -320,6 +320,11 @@ pub struct BigramBackcopy {
     pub length: Option<usize>,
 }
 
+/// The copy offset of trigger `i`: `offsets[i mod len]` (the one place this rule is written).
+pub fn trigger_offset(offsets: &[usize], i: usize) -> usize {
+    offsets[i % offsets.len()]
+}
+
 impl BigramBackcopy {
     /// Ordinary tokens of the chain: `vocab` for "zipf", the text's characters otherwise.
     pub fn chain_vocab(&self) -> usize {
@@ -682,10 +687,13 @@ pub struct HeadMetricsConfig {
 }
 
 impl HeadMetricsConfig {
-    /// The live probe that fits `ctx` and `probe_len` (what loading an experiment fills in for
-    /// text data): n = (min(ctx, probe_len) − 1) / 2, off where that is below 2.
-    pub fn fitting(ctx: usize, probe_len: usize) -> Self {
-        let n = (ctx.min(probe_len).max(1) - 1) / 2;
+    /// The live probe that fits `ctx` and `probe_len` and, on a synthetic task, its
+    /// `task_vocab` ordinary tokens (n distinct ones and a first): n = (min(ctx, probe_len) − 1)
+    /// / 2, at most task_vocab − 1; off where that is below 2. Loading an experiment fills
+    /// `metrics.heads` in with it.
+    pub fn fitting(ctx: usize, probe_len: usize, task_vocab: Option<usize>) -> Self {
+        let n = ((ctx.min(probe_len).max(1) - 1) / 2)
+            .min(task_vocab.map_or(usize::MAX, |v| v.max(1) - 1));
         Self {
             enabled: n >= 2,
             n: n.max(2),

@@ -158,7 +158,7 @@ impl BbTask {
 
     /// Copy offset of trigger `t`.
     fn offset(&self, t: u32) -> usize {
-        self.offsets[t as usize % self.offsets.len()]
+        crate::config::trigger_offset(&self.offsets, t as usize)
     }
 
     /// One sequence x_1..x_len (BOS not included).

@@ -232,7 +232,7 @@ pub fn experiment(imp: &Imported, out: &Path, ctx: usize) -> Result<Experiment> 
         metrics: MetricsConfig {
             probe_len: 64.min(ctx),
             k_max: 10.min(64.min(ctx)),
-            heads: HeadMetricsConfig::fitting(ctx, 64.min(ctx)),
+            heads: HeadMetricsConfig::fitting(ctx, 64.min(ctx), None),
             ..MetricsConfig::default()
         },
     };

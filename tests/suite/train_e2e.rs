@@ -104,29 +104,40 @@ fn smoke_run_learns_and_writes_metrics_tensorboard_and_checkpoints() {
             .collect();
         scalars.insert(tag.into(), pts.into());
     }
+    // One probe step's (layer × head) values of a per-head metric, from metrics.jsonl, and an
+    // image's expected entry.
+    let rows_at = |step: u64, tag: &dyn Fn(usize, usize) -> String| -> Vec<Vec<f64>> {
+        (0..2)
+            .map(|l| {
+                (0..4)
+                    .map(|h| {
+                        let v = series(&run, &tag(l, h));
+                        v.iter().find(|p| p.0 == step).unwrap().1
+                    })
+                    .collect()
+            })
+            .collect()
+    };
+    let entry = |step: u64, png: &[u8]| {
+        let (w, h) = sinklab::plot::png_size(png).unwrap();
+        let sha = sinklab::checkpoint::hex(&sha2::Sha256::digest(png));
+        (w, h, serde_json::json!([step, w, h, sha]))
+    };
+    let steps = [0u64, 20, 40];
     // The sink map of each probe step: the labelled heat map of that step's α₁ (2 layers × 4
     // heads), byte for byte as the recorder renders it from the values metrics.jsonl holds.
-    let maps: Vec<serde_json::Value> = [0u64, 20, 40]
+    let maps: Vec<serde_json::Value> = steps
         .iter()
         .map(|&step| {
-            let rows: Vec<Vec<f64>> = (0..2)
-                .map(|l| {
-                    (0..4)
-                        .map(|h| {
-                            let tag = format!("sink/importance_first/layer{l:02}_head{h:02}");
-                            let v = series(&run, &tag);
-                            v.iter().find(|p| p.0 == step).unwrap().1
-                        })
-                        .collect()
-                })
-                .collect();
+            let rows = rows_at(step, &|l, h| {
+                format!("sink/importance_first/layer{l:02}_head{h:02}")
+            });
             let png =
                 sinklab::recorder::sink_map_png(&rows, sinklab::metrics::Proxy::Weights).unwrap();
-            let (w, h) = sinklab::plot::png_size(&png).unwrap();
+            let (w, h, e) = entry(step, &png);
             // a chart with title, ticks, values and colour bar, not a 64 × 32 block image
             assert!(w >= 300 && h >= 150, "sink map {w} x {h}");
-            let sha = sinklab::checkpoint::hex(&sha2::Sha256::digest(&png));
-            serde_json::json!([step, w, h, sha])
+            e
         })
         .collect();
     // The live head scores (metrics.heads, on by default): every score of every head at every
@@ -134,24 +145,16 @@ fn smoke_run_learns_and_writes_metrics_tensorboard_and_checkpoints() {
     let mut images = serde_json::Map::new();
     images.insert("sink/importance_first_map".into(), maps.into());
     for s in sinklab::heads::Score::LIVE {
-        let maps: Vec<serde_json::Value> = [0u64, 20, 40]
+        for (l, h) in (0..2).flat_map(|l| (0..4).map(move |h| (l, h))) {
+            let n = series(&run, &s.tag(l, h)).len();
+            assert_eq!(n, 3, "{} at every probe step", s.tag(l, h));
+        }
+        let maps: Vec<serde_json::Value> = steps
             .iter()
             .map(|&step| {
-                let rows: Vec<Vec<f64>> = (0..2)
-                    .map(|l| {
-                        (0..4)
-                            .map(|h| {
-                                let v = series(&run, &s.tag(l, h));
-                                assert_eq!(v.len(), 3, "{} at every probe step", s.tag(l, h));
-                                v.iter().find(|p| p.0 == step).unwrap().1
-                            })
-                            .collect()
-                    })
-                    .collect();
+                let rows = rows_at(step, &|l, h| s.tag(l, h));
                 let png = sinklab::recorder::score_map(&rows, s, "repeat probe").unwrap();
-                let (w, h) = sinklab::plot::png_size(&png).unwrap();
-                let sha = sinklab::checkpoint::hex(&sha2::Sha256::digest(&png));
-                serde_json::json!([step, w, h, sha])
+                entry(step, &png).2
             })
             .collect();
         images.insert(format!("heads/{}_map", s.name()), maps.into());
