@@ -599,6 +599,9 @@ pub fn train(
         ));
         return Ok(done);
     }
+    if let Some((path, m)) = exp.init_from_problem() {
+        bail!("`{path}`: {m}");
+    }
     // Memory first: a run that cannot fit is refused before anything is written or built.
     let memory = crate::memory::preflight(exp, opts.skip_memory_check)?;
     // The run directory, locked for the whole of this function (`start.lock`).

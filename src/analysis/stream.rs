@@ -65,6 +65,12 @@ pub struct StreamOptions {
     /// L = sinks + window: window only keeps L recent tokens, one sink keeps 1 + (L − 1), the
     /// re-computation reference re-encodes the last L tokens.
     pub window: usize,
+    /// The evicting caches to run, as numbers k of initial tokens kept (each keeps k + (L − k)).
+    /// None: window only, one sink and `sinks` (0, 1, sinks).
+    pub kept: Option<Vec<usize>>,
+    /// Run the re-computation reference (L forwards of L tokens per scored token: the slowest
+    /// row by far on a large model).
+    pub recompute: bool,
     /// Tokens of the evaluation text.
     pub tokens: usize,
     /// A text file to evaluate instead of the validation split.
@@ -105,6 +111,7 @@ pub fn stream_eval(
             o.window
         );
     }
+    let policies = policies(o, budget)?;
     let mut tokens: Vec<u32> = Vec::new();
     if exp.data.bos {
         tokens.push(run.data.tokenizer.bos_id);
@@ -151,22 +158,15 @@ pub fn stream_eval(
             n.min(ctx + 1)
         }
     };
-    let policies = [
-        ("window only", 0, budget),
-        ("window + 1 sink", 1, budget - 1),
-        ("window + sinks", o.sinks, o.window),
-    ];
-    let mut seen = std::collections::BTreeSet::new();
-    let policies: Vec<_> = policies
-        .into_iter()
-        .filter(|(_, s, w)| seen.insert((*s, *w))) // e.g. --sinks 1 repeats the one-sink row
-        .collect();
     // Every cache holds the same tokens until it first has to evict, after L tokens: those are
     // decoded once, into a dense cache that each stream then continues from (a fork).
     let prefix = budget.min(dense_limit - 1);
     // a bar on a terminal, about 20 plain lines without one
     let bar = crate::progress::Progress::new(
-        (prefix + (dense_limit - 1 - prefix) + (n - 1 - prefix) * policies.len() + (n - 1)) as u64,
+        (prefix
+            + (dense_limit - 1 - prefix)
+            + (n - 1 - prefix) * policies.len()
+            + if o.recompute { n - 1 } else { 0 }) as u64,
         "stream-eval tokens decoded",
     );
     let mut rows = Vec::new();
@@ -208,18 +208,20 @@ pub fn stream_eval(
     for ((name, s, w, _, _), nll) in streams.into_iter().zip(nlls) {
         rows.push(StreamRow::new(&name, s, w, nll?, ctx, budget));
     }
-    let nll = recompute_nll(&model, &tokens, budget, o.batch, device, &mut |k| {
-        bar.inc(k as u64)
-    })?;
+    if o.recompute {
+        let nll = recompute_nll(&model, &tokens, budget, o.batch, device, &mut |k| {
+            bar.inc(k as u64)
+        })?;
+        rows.push(StreamRow::new(
+            &format!("sliding window, recomputed ({budget})"),
+            None,
+            Some(budget),
+            nll,
+            ctx,
+            budget,
+        ));
+    }
     bar.finish();
-    rows.push(StreamRow::new(
-        &format!("sliding window, recomputed ({budget})"),
-        None,
-        Some(budget),
-        nll,
-        ctx,
-        budget,
-    ));
     let dir = o.out.clone().unwrap_or_else(|| {
         run.run_dir
             .join("analysis")
@@ -307,6 +309,38 @@ pub fn stream_eval(
         serde_json::to_string_pretty(&value)?,
     )?;
     Ok(value)
+}
+
+/// The evicting cache policies (name, initial tokens kept, recent tokens kept) for a budget L:
+/// `o.kept` (each k < L, in the order given, repeats dropped) or window only, one sink and
+/// `o.sinks` initial tokens.
+fn policies(o: &StreamOptions, budget: usize) -> Result<Vec<(String, usize, usize)>> {
+    let kept = match &o.kept {
+        Some(k) if k.is_empty() => bail!("--kept: give at least one number of kept tokens"),
+        Some(k) => k.clone(),
+        None => vec![0, 1, o.sinks],
+    };
+    let mut seen = std::collections::BTreeSet::new();
+    let mut out = Vec::new();
+    for k in kept {
+        if k >= budget {
+            bail!(
+                "--kept {k}: every cache keeps k initial tokens and L − k ≥ 1 recent ones of the budget L = {budget}; valid k: 0 to {}",
+                budget - 1
+            );
+        }
+        if !seen.insert(k) {
+            continue; // e.g. --sinks 1 repeats the one-sink row
+        }
+        let name = match k {
+            0 => "window only".to_string(),
+            1 => "window + 1 sink".to_string(),
+            _ if o.kept.is_none() => "window + sinks".to_string(), // the S of --sinks
+            k => format!("window + {k} sinks"),
+        };
+        out.push((name, k, budget - k));
+    }
+    Ok(out)
 }
 
 /// What `sinklab stream-eval` measured (`stream.json`).

@@ -90,10 +90,10 @@ pub fn run(a: Args) -> Result<()> {
 
 /// Everything that can be verified before a run spends time, each problem as (TOML path,
 /// message), all of them: the device's backend is compiled in, every corpus or source file
-/// exists and is readable, the tokenizer file loads with its named tokens. (`train.init_from`
-/// is checked with the file.)
+/// exists and is readable, the tokenizer file loads with its named tokens, `train.init_from`
+/// names a run or checkpoint directory.
 fn preflight(exp: &crate::config::Experiment) -> Vec<(String, String)> {
-    let mut problems = Vec::new();
+    let mut problems: Vec<(String, String)> = exp.init_from_problem().into_iter().collect();
     let name = exp.run.device.name();
     let compiled = crate::backend::compiled_features();
     if !compiled.contains(&name) {

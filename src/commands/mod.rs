@@ -97,8 +97,8 @@ pub enum Cmd {
     /// first S plus the last W tokens (positions in cache coordinates), against window only
     /// (0 + L), one sink (1 + (L − 1)) and a sliding window re-computed over the last L tokens,
     /// all with the same budget L = S + W, and dense attention over the whole text (past the
-    /// training context where the positions exist). Writes stream.json and stream_ppl.png
-    /// (perplexity against position).
+    /// training context where the positions exist); --kept 0,1,2,4 picks the kept-token counts
+    /// instead. Writes stream.json and stream_ppl.png (perplexity against position).
     StreamEval(stream_eval::Args),
     /// Run a sweep: expand FILE into runs (axes × seeds), run them N at a time as child
     /// processes, skip finished runs, resume unfinished ones; a failing run is recorded and the

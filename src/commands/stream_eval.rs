@@ -25,6 +25,15 @@ pub struct Args {
     /// Evaluate this text file instead of the validation split.
     #[arg(long)]
     pub text: Option<PathBuf>,
+    /// The evicting caches to compare, as numbers of initial tokens kept (comma-separated, e.g.
+    /// 0,1,2,4: each cache keeps k + (L − k) tokens of the same budget L = sinks + window);
+    /// default: 0, 1 and --sinks.
+    #[arg(long, value_delimiter = ',')]
+    pub kept: Option<Vec<usize>>,
+    /// Leave out the sliding window re-computed over the last L tokens (L forwards of L
+    /// tokens per scored token: by far the slowest row on a large model).
+    #[arg(long)]
+    pub no_recompute: bool,
     /// Windows per forward for the re-computation reference.
     #[arg(long, default_value_t = 16)]
     pub batch: usize,
@@ -47,6 +56,8 @@ pub fn run(a: Args) -> Result<()> {
             .window
             .unwrap_or(default_budget(ctx).saturating_sub(a.sinks)),
         tokens: a.tokens.unwrap_or(default_text_tokens(ctx)),
+        kept: a.kept,
+        recompute: !a.no_recompute,
         text: a.text,
         batch: a.batch,
         out: a.out,

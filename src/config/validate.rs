@@ -9,6 +9,24 @@ fn greater(x: f64, bound: f64) -> bool {
 }
 
 impl Experiment {
+    /// `train.init_from` names a run or checkpoint directory that exists on this machine: a
+    /// check of the machine, like the corpus files (`train` and `check` make it; `check
+    /// --schema-only` does not). (TOML path, message) when it does not.
+    pub fn init_from_problem(&self) -> Option<(String, String)> {
+        let p = self.train.init_from.as_ref()?;
+        (!p.join("resolved.toml").exists() && !p.join("model.safetensors").exists()).then(|| {
+            (
+                "train.init_from".to_string(),
+                format!(
+                    "found {:?}, which is neither a run directory (with resolved.toml) nor a \
+                     checkpoint directory (with model.safetensors); give runs/NAME, \
+                     runs/NAME/checkpoints/step_N or a directory `sinklab import` wrote",
+                    p.display().to_string()
+                ),
+            )
+        })
+    }
+
     /// Range and combination checks. Returns (TOML path, message) for every problem.
     pub fn validate(&self) -> Vec<(String, String)> {
         let mut v: Vec<(String, String)> = Vec::new();
@@ -69,20 +87,6 @@ impl Experiment {
             if val == 0 {
                 bad(p, "found 0, expected an integer ≥ 1".into());
             }
-        }
-        if let Some(p) = &t.init_from
-            && !p.join("resolved.toml").exists()
-            && !p.join("model.safetensors").exists()
-        {
-            bad(
-                "train.init_from",
-                format!(
-                    "found {:?}, which is neither a run directory (with resolved.toml) nor a \
-                     checkpoint directory (with model.safetensors); give runs/NAME, \
-                     runs/NAME/checkpoints/step_N or a directory `sinklab import` wrote",
-                    p.display().to_string()
-                ),
-            );
         }
         if m.n_heads > 0 && !m.d_model.is_multiple_of(m.n_heads) {
             bad(

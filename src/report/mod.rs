@@ -9,8 +9,9 @@
 //! the seeds that crossed, with how many did.
 //!
 //! Writes `report.md`, `report.csv`, `sink1_vs_AXIS.png` (final Sink₁ against each axis with
-//! error bars; one line per combination of the other axes) and `emergence.png` (Sink₁ against
-//! step per setting, mean over seeds).
+//! error bars; one line per combination of the other axes), `emergence.png` (Sink₁ against
+//! step per setting, mean over seeds) and `val_loss.png` (validation loss against step per
+//! setting, mean ± sample std over seeds).
 
 mod curves;
 pub use curves::run_curves;
@@ -49,6 +50,8 @@ pub struct RunResult {
     pub first_mass: Option<f64>,
     /// (step, Sink₁) at every probe.
     pub curve: Vec<(u64, f64)>,
+    /// (step, validation loss) at every evaluation.
+    pub val_curve: Vec<(u64, f64)>,
 }
 
 /// Read `metrics.jsonl` into step-ordered (step, scalars) records.
@@ -130,6 +133,7 @@ pub fn run_result(plan: &Plan, run: &RunPlan, eps: &str, threshold: f64) -> RunR
         sink_k,
         first_mass: last("attn/f_attn").map(|v| 100.0 * v),
         curve,
+        val_curve: val,
     }
 }
 
@@ -318,7 +322,12 @@ fn check_eps_recorded(
 /// `label=value, …` of a setting.
 fn label_of(axes: &[(String, String)], s: &Setting) -> String {
     axes.iter()
-        .map(|(p, l)| format!("{l}={}", s.values.get(p).map_or("?", String::as_str)))
+        .map(|(p, l)| {
+            format!(
+                "{l}={}",
+                s.values.get(p).map_or("?".into(), |v| shown(p, v))
+            )
+        })
         .collect::<Vec<_>>()
         .join(", ")
 }
@@ -444,7 +453,7 @@ fn tables(
         };
         let mut cells: Vec<String> = axes
             .iter()
-            .map(|(p, _)| s.values.get(p).cloned().unwrap_or_default())
+            .map(|(p, _)| s.values.get(p).map_or(String::new(), |v| shown(p, v)))
             .collect();
         cells.extend([
             format!("{done}/{}", s.runs.len()),
@@ -560,7 +569,10 @@ fn plots(
                         .iter()
                         .filter(|(p, _)| p != path && plan.combine == sweep::Combine::Grid)
                         .map(|(p, l)| {
-                            format!("{l}={}", s.values.get(p).cloned().unwrap_or_default())
+                            format!(
+                                "{l}={}",
+                                s.values.get(p).map_or(String::new(), |v| shown(p, v))
+                            )
                         })
                         .collect();
                     let x: f64 = s
@@ -622,8 +634,12 @@ fn plots(
                 let labels: Vec<String> = settings
                     .iter()
                     .map(|s| {
-                        let short =
-                            |p: &String| s.values.get(p).map_or(String::new(), |v| short_value(v));
+                        let short = |p: &String| {
+                            s.values.get(p).map_or(String::new(), |v| match p.as_str() {
+                                "base" => shown(p, v),
+                                _ => short_value(v),
+                            })
+                        };
                         if axes.len() == 1 {
                             short(path)
                         } else {
@@ -659,26 +675,7 @@ fn plots(
             Err(e) => writeln!(md, "- {file}: not drawn ({e})")?,
         }
     }
-    let series: Vec<Series> = settings
-        .iter()
-        .map(|s| {
-            // Mean over the seeds at each probe step they share.
-            let mut by_step: BTreeMap<u64, Vec<f64>> = BTreeMap::new();
-            for r in &s.runs {
-                for &(st, v) in &r.curve {
-                    by_step.entry(st).or_default().push(v);
-                }
-            }
-            Series {
-                name: label_of(axes, s),
-                points: by_step
-                    .into_iter()
-                    .map(|(st, v)| (st as f64, v.iter().sum::<f64>() / v.len() as f64))
-                    .collect(),
-                err: None,
-            }
-        })
-        .collect();
+    let series = seed_means(settings, axes, |r| &r.curve, false);
     match plot::lines(&LinePlot {
         title: &format!("sink emergence: Sink₁ (ε = {eps_s}) against step, mean over seeds"),
         x_label: "step",
@@ -696,7 +693,72 @@ fn plots(
         }
         Err(e) => writeln!(md, "- emergence.png: not drawn ({e})")?,
     }
+    let series = seed_means(settings, axes, |r| &r.val_curve, true);
+    match plot::lines(&LinePlot {
+        title: "validation loss against step, mean ± std over seeds",
+        x_label: "step",
+        y_label: "validation loss (nats per token)",
+        series: &series,
+        x_scale: Scale::Linear,
+        y_scale: Scale::Linear,
+        hlines: &[],
+        vlines: &[],
+        markers: true,
+    }) {
+        Ok(png) => {
+            plot::save(&dir.join("val_loss.png"), &png)?;
+            writeln!(md, "\n![val_loss.png](val_loss.png)")?;
+        }
+        Err(e) => writeln!(md, "- val_loss.png: not drawn ({e})")?,
+    }
     Ok(())
+}
+
+/// One line per setting: the mean over its seeds of a per-step curve at every step they
+/// share (with the sample std as error bars when `with_std` and two or more seeds have it).
+fn seed_means(
+    settings: &[Setting],
+    axes: &[(String, String)],
+    curve: fn(&RunResult) -> &Vec<(u64, f64)>,
+    with_std: bool,
+) -> Vec<Series> {
+    settings
+        .iter()
+        .map(|s| {
+            let mut by_step: BTreeMap<u64, Vec<f64>> = BTreeMap::new();
+            for r in &s.runs {
+                for &(st, v) in curve(r) {
+                    by_step.entry(st).or_default().push(v);
+                }
+            }
+            let stats: Vec<(f64, (f64, f64))> = by_step
+                .into_iter()
+                .map(|(st, v)| (st as f64, mean_std(&v)))
+                .collect();
+            let multi = with_std && s.runs.iter().filter(|r| !curve(r).is_empty()).count() > 1;
+            Series {
+                name: label_of(axes, s),
+                points: stats.iter().map(|(x, (m, _))| (*x, *m)).collect(),
+                err: multi.then(|| {
+                    stats
+                        .iter()
+                        .map(|(_, (_, sd))| if sd.is_finite() { *sd } else { 0.0 })
+                        .collect()
+                }),
+            }
+        })
+        .collect()
+}
+
+/// An axis value as the Markdown table and the plots show it: an experiment file of the `base`
+/// axis by its name (`sas` for `"../../skipless/sas.toml"`), as in run names; others as written.
+fn shown(path: &str, v: &str) -> String {
+    match path {
+        "base" => Path::new(v.trim_matches('"'))
+            .file_stem()
+            .map_or_else(|| v.to_string(), |f| f.to_string_lossy().into_owned()),
+        _ => v.to_string(),
+    }
 }
 
 /// A value as written in TOML (`{ kind = "rope", base = 500.0 }`) in its run-name form

@@ -326,6 +326,65 @@ fn run_all_commands(dir: &Path, name: &str, overrides: &[&str]) -> PathBuf {
         assert_eq!(kept, 12, "{name}: {r}");
     }
     assert!(is_png(&out.join("stream_ppl.png")));
+    // --kept chooses the evicting caches (StreamingLLM's 0/1/2/4 kept tokens) and
+    // --no-recompute drops the re-computed window; the numbers of a policy do not depend on
+    // which others run beside it.
+    let (code, text) = sinklab_output(
+        None,
+        &[
+            "stream-eval",
+            &run,
+            "--sinks",
+            "2",
+            "--window",
+            "10",
+            "--tokens",
+            "70",
+            "--out",
+            &o,
+            "--kept",
+            "0,2,4,2",
+            "--no-recompute",
+        ],
+    );
+    assert_eq!(code, 0, "{name} stream-eval --kept: {text}");
+    let kj = read_json(&out.join("stream.json"));
+    let krows = kj["rows"].as_array().unwrap();
+    let names: Vec<&str> = krows.iter().map(|r| r["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "dense",
+            "window only (0+12)",
+            "window + 2 sinks (2+10)",
+            "window + 4 sinks (4+8)"
+        ],
+        "{name}"
+    );
+    for (a, b) in [(0, 0), (1, 1), (2, 3)] {
+        let (x, y) = (
+            krows[a]["ppl"].as_f64().unwrap(),
+            rows[b]["ppl"].as_f64().unwrap(),
+        );
+        assert!((x - y).abs() <= 1e-6 * y, "{name}: {} {x} vs {y}", names[a]);
+    }
+    let (code, text) = sinklab_output(
+        None,
+        &[
+            "stream-eval",
+            &run,
+            "--sinks",
+            "2",
+            "--window",
+            "10",
+            "--kept",
+            "12",
+        ],
+    );
+    assert!(
+        code != 0 && text.contains("--kept 12") && text.contains("valid k: 0 to 11"),
+        "{name}: {text}"
+    );
     let (code, text) = sinklab_output(
         None,
         &[

@@ -20,6 +20,7 @@ mod model_golden;
 mod one_writer;
 mod precision;
 mod reliability;
+mod reproductions;
 mod skipless;
 mod slurm;
 mod sweep;

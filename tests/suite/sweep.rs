@@ -360,10 +360,31 @@ fn failures_are_isolated_finished_runs_skipped_and_interrupted_runs_resume_exact
     let csv = std::fs::read_to_string(plan.dir.join("report.csv")).unwrap();
     assert_eq!(csv.lines().count(), 3, "{csv}");
     assert!(csv.starts_with("lr,seeds_done,seeds,sink1_mean"), "{csv}");
-    for png in ["sink1_vs_lr.png", "emergence.png"] {
+    for png in ["sink1_vs_lr.png", "emergence.png", "val_loss.png"] {
         let b = std::fs::read(plan.dir.join(png)).unwrap();
         assert!(b.starts_with(b"\x89PNG"), "{png}");
     }
+    assert!(md.contains("![val_loss.png](val_loss.png)"), "{md}");
+    // val_loss.png's data: every evaluation of each run, ending at its final validation loss.
+    let rj: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(plan.dir.join("report.json")).unwrap()).unwrap();
+    let run = rj
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["runs"].as_array().unwrap())
+        .find(|r| r["name"] == "lr-0.003_seed1")
+        .unwrap();
+    let curve = run["val_curve"].as_array().unwrap();
+    let evals = curve
+        .iter()
+        .map(|p| p[0].as_u64().unwrap())
+        .collect::<Vec<_>>();
+    assert!(
+        evals.len() >= 2 && evals.windows(2).all(|w| w[0] < w[1]),
+        "{run}"
+    );
+    assert_eq!(curve.last().unwrap()[1].as_f64(), Some(resumed), "{run}");
 }
 
 #[test]
