@@ -36,12 +36,12 @@ n = 7
 sequences = 2
 "#;
 
-/// He & Hofmann's depth comparison (`experiments/sweeps/cpu/depth.toml`): the shipped sweep
+/// He & Hofmann's depth comparison (`experiments/sweeps/repro/depth.toml`): the shipped sweep
 /// with its variants and depth ratio, shrunk; every run finishes, the report has one row per
 /// variant and depth over both seeds and the validation-loss curves it is read from.
 #[test]
 fn depth_sweep_runs_every_variant_at_both_depths_and_reports_the_loss_curves() {
-    let shipped = repo("experiments/sweeps/cpu/depth.toml");
+    let shipped = repo("experiments/sweeps/repro/depth.toml");
     let mut sweep: toml::Table =
         toml::from_str(&std::fs::read_to_string(&shipped).unwrap()).unwrap();
     let axes = sweep["axes"].as_table().unwrap().clone();
@@ -164,7 +164,7 @@ fn tiny(dir: &Path, extra: &[&str]) -> Vec<String> {
     o
 }
 
-/// StreamingLLM §3.3 (`experiments/streaming/`, `experiments/sweeps/cpu/streaming.toml`): the
+/// StreamingLLM §3.3 (`experiments/streaming/`, `experiments/sweeps/repro/streaming.toml`): the
 /// three models differ in one setting each and stream with 0, 1, 2 and 4 kept tokens of one
 /// budget, dense attention beside them, as the committed Table 3 is read.
 #[test]
@@ -211,7 +211,7 @@ fn streaming_models_differ_in_one_setting_and_stream_with_0_1_2_4_kept_tokens() 
             "{name}"
         );
     }
-    let (plan, _) = sinklab::sweep::expand(&repo("experiments/sweeps/cpu/streaming.toml")).unwrap();
+    let (plan, _) = sinklab::sweep::expand(&repo("experiments/sweeps/repro/streaming.toml")).unwrap();
     assert_eq!(plan.runs.len(), 3);
     for exp in [&vanilla, &token, &zero] {
         sinklab::train::train(exp, &common::quiet(), &mut |_| {}).unwrap();
