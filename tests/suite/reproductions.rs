@@ -211,7 +211,8 @@ fn streaming_models_differ_in_one_setting_and_stream_with_0_1_2_4_kept_tokens() 
             "{name}"
         );
     }
-    let (plan, _) = sinklab::sweep::expand(&repo("experiments/sweeps/repro/streaming.toml")).unwrap();
+    let (plan, _) =
+        sinklab::sweep::expand(&repo("experiments/sweeps/repro/streaming.toml")).unwrap();
     assert_eq!(plan.runs.len(), 3);
     for exp in [&vanilla, &token, &zero] {
         sinklab::train::train(exp, &common::quiet(), &mut |_| {}).unwrap();
