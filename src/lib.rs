@@ -25,6 +25,7 @@ pub mod generate;
 pub mod heads;
 pub mod interop;
 pub mod intervene;
+pub mod kernels;
 pub mod lock;
 pub mod memory;
 pub mod metrics;

@@ -356,6 +356,9 @@ impl<'a> Trainer<'a> {
             exp.train.precision.name()
         ));
         log(&memory.line());
+        if let Some(k) = crate::kernels::summary(&exp.model) {
+            log(&k);
+        }
         let sampler = Sampler::new(&data, &exp.data, exp.model.ctx, exp.run.seed)?;
         let mut val_plain =
             data::validation_batch(&data, exp.train.eval_sequences, exp.model.ctx, exp.data.bos)?;

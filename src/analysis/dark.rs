@@ -5,8 +5,8 @@
 
 use super::{Output, unembedding_and_embedding};
 use crate::dark::{self, Bands};
-use crate::eval::{eval_loss, eval_loss_filtered, hidden_inputs, probe_report};
-use crate::metrics::{HEADLINE_EPS, Proxy};
+use crate::eval::{RestartAt, eval_loss, hidden_inputs, summaries};
+use crate::metrics::{HEADLINE_EPS, Proxy, SinkReport};
 use crate::model::StreamFilter;
 use crate::plot::{self, Heatmap, LinePlot, Scale, Series};
 use crate::run::OpenRun;
@@ -305,11 +305,18 @@ pub fn dark(run: &OpenRun, o: &DarkOptions, log: &mut dyn FnMut(&str)) -> Result
     sampler.apply_token_changes(&mut val);
     let base = eval_loss(model, &val, chunk, &run.device);
     let proxy = Proxy::for_normaliser(&exp.model.attention.normaliser);
-    let sink1 = |f: Option<&StreamFilter>| -> Option<f64> {
-        let eps = [HEADLINE_EPS];
-        probe_report(model, &probe, chunk, proxy, &run.device, f, (&eps, 1), None).sink1()
-    };
-    let base_sink = sink1(None);
+    let eps = [HEADLINE_EPS];
+    let unfiltered = summaries(
+        model,
+        &probe,
+        chunk,
+        proxy,
+        &run.device,
+        None,
+        None,
+        &mut |_| {},
+    );
+    let base_sink = SinkReport::from_summaries(&unfiltered, &eps, 1).sink1();
     let sites: Vec<(Option<usize>, Vec<usize>)> = match &selection {
         FilterLayers::Each(ls) => ls.iter().map(|&l| (Some(l), vec![l])).collect(),
         FilterLayers::All => vec![(None, (0..=n_layers).collect())],
@@ -317,17 +324,24 @@ pub fn dark(run: &OpenRun, o: &DarkOptions, log: &mut dyn FnMut(&str)) -> Result
     let all_inputs: Vec<usize> = (0..=n_layers).collect();
     let total = sites.len() * ks.len() * FAMILIES.len() + 1;
     log(&format!(
-        "{total} filtered evaluations ({} site(s) × {} k × {} families + the identity check)",
+        "{total} filtered evaluations ({} site(s) × {} k × {} families + the identity check), \
+         each restarted at its block input",
         sites.len(),
         ks.len(),
         FAMILIES.len()
     ));
     let bar = crate::progress::Progress::new(total as u64, "dark filtered evaluations");
     let mut results = Vec::new();
-    let eval = |name: &str, layer: Option<usize>, at: &[usize], k: Option<usize>, m: &[f64]| {
+    // Validation and probe streams entering the lowest filtered block input, walked once per
+    // site; each filter then walks only the blocks from there ([`RestartAt`]).
+    let restart = |at: &[usize]| {
+        let l = at.iter().copied().min().expect("a filter site");
+        RestartAt::new(model, (&val, &probe), chunk, &run.device, l, &unfiltered)
+    };
+    let eval = |r: &RestartAt, name: &str, layer, at: &[usize], k, m: &[f64]| {
         let f = StreamFilter::from_column_map(m, d, at, &run.device);
-        let nll = eval_loss_filtered(model, &val, chunk, &run.device, Some(&f));
-        let s = sink1(Some(&f));
+        let nll = r.nll(model, Some(&f));
+        let s = r.probe_report(model, proxy, Some(&f), (&eps, 1)).sink1();
         bar.inc(1);
         FilterResult {
             filter: name.to_string(),
@@ -339,6 +353,7 @@ pub fn dark(run: &OpenRun, o: &DarkOptions, log: &mut dyn FnMut(&str)) -> Result
         }
     };
     results.push(eval(
+        &restart(&all_inputs),
         "identity (Φ, all bands)",
         None,
         &all_inputs,
@@ -346,6 +361,7 @@ pub fn dark(run: &OpenRun, o: &DarkOptions, log: &mut dyn FnMut(&str)) -> Result
         &bu.phi(n_bands),
     ));
     for (layer, at) in &sites {
+        let r = restart(at);
         for &k in &ks {
             for family in FAMILIES {
                 let m = match family {
@@ -355,7 +371,7 @@ pub fn dark(run: &OpenRun, o: &DarkOptions, log: &mut dyn FnMut(&str)) -> Result
                     "Φ_e" => be.phi(k),
                     _ => rand_bands.phi(k),
                 };
-                results.push(eval(family, *layer, at, Some(k), &m));
+                results.push(eval(&r, family, *layer, at, Some(k), &m));
             }
         }
     }

@@ -67,6 +67,9 @@ pub fn run(a: Args) -> Result<()> {
             if let Some(m) = memory {
                 println!("  {}", m.line());
             }
+            if let Some(k) = crate::kernels::summary(&exp.model) {
+                println!("  {k}");
+            }
         } else {
             failed += 1;
             eprintln!(

@@ -4,6 +4,9 @@
 //! the pure metric maths of [`crate::metrics`]; [`heads`] the head scores' probe pass.
 
 pub mod heads;
+mod restart;
+
+pub use restart::RestartAt;
 
 use crate::config::Experiment;
 use crate::data::Batch;
@@ -110,7 +113,7 @@ pub fn probe_metrics_with(
 /// Every layer's [`LayerSummary`] of a probe batch ([`probe_each`]), calling `layer_done(l)`
 /// once block `l` has been reduced.
 #[allow(clippy::too_many_arguments)]
-fn summaries(
+pub fn summaries(
     model: &Lm,
     probe: &Batch,
     chunk: usize,
@@ -239,17 +242,39 @@ pub(crate) fn probe_pass(
     record: Record,
     f: &mut dyn FnMut(usize, Array, LayerArrays, Option<Array>),
 ) {
-    let queries = record.queries;
     let model = model.valid();
+    let streams = probe_chunks(probe, chunk, device)
+        .into_iter()
+        .map(|x| model.embed(x))
+        .collect();
+    probe_pass_from(&model, streams, 0, proxy, filter, record, f)
+}
+
+/// A probe batch's token ids in chunks of `chunk` sequences.
+fn probe_chunks(probe: &Batch, chunk: usize, device: &Device) -> Vec<Tensor<2, Int>> {
     let chunk = chunk.max(1);
-    let chunks: Vec<Tensor<2, Int>> = (0..probe.batch)
+    (0..probe.batch)
         .step_by(chunk)
         .map(|from| {
             let to = (from + chunk).min(probe.batch);
             batch_tensors(&slice_batch(probe, from, to), device).0
         })
-        .collect();
-    let last = chunks.len().saturating_sub(1);
+        .collect()
+}
+
+/// [`probe_pass`] from the chunks' streams entering block `from` ([`Lm::stream_at`] of the
+/// model in inference mode): `f` sees layers `from..L` only.
+pub(crate) fn probe_pass_from(
+    model: &Lm,
+    streams: Vec<(Tensor<3>, model::Ctx)>,
+    from: usize,
+    proxy: Proxy,
+    filter: Option<&model::StreamFilter>,
+    record: Record,
+    f: &mut dyn FnMut(usize, Array, LayerArrays, Option<Array>),
+) {
+    let queries = record.queries;
+    let last = streams.len().saturating_sub(1);
     // One layer's host arrays, grown chunk by chunk (each chunk's device tensors are dropped
     // as soon as they are copied).
     #[derive(Default)]
@@ -266,7 +291,7 @@ pub(crate) fn probe_pass(
         gate: (f64, usize),
     }
     let mut acc = Acc::default();
-    model.probe_by_layer(chunks, filter, record.z, &mut |l, c, input, p| {
+    model.probe_by_layer_from(streams, from, filter, record.z, &mut |l, c, input, p| {
         let w = to_array(p.attn.expect("the probe path records attention weights"));
         acc.has_slots |= proxy == Proxy::ImplicitSlot || p.slot_cols + p.sink_tokens > 0;
         let (a, m) = split_attention(&w, p.slot_cols, p.sink_tokens, proxy);

@@ -475,10 +475,9 @@ pub fn estimate(exp: &Experiment, vocab: usize, workers: usize) -> Estimate {
     let update = F32 * (p + 4 * params.largest);
     // Evaluation: one micro-batch through one block at a time without autograd (the manual
     // kernel forms ~3 attention matrices; the fused one none), logits in bounded blocks.
-    let eval_matrices = match m.attention.kernel {
-        AttentionKernel::Manual => 3 * matrix,
-        AttentionKernel::Fused => 0,
-    };
+    let fused = m.attention.kernel == AttentionKernel::Fused
+        && crate::kernels::attention::covers(m).is_ok();
+    let eval_matrices = if fused { 0 } else { 3 * matrix };
     let eval =
         F32 * (eval_matrices + rows * (3 * f + 6 * d) + 3 * (b * t * v).min(EVAL_LOGITS_BLOCK));
     let probe = probe_bytes(exp, vocab);

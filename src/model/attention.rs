@@ -44,8 +44,6 @@ use crate::config::{
 use crate::spa::SpaLayer;
 use burn::module::{Module, Param};
 use burn::tensor::activation::{relu, sigmoid, softmax};
-use burn::tensor::module::attention;
-use burn::tensor::ops::AttentionModuleOptions;
 use burn::tensor::{Bool, Tensor};
 
 /// (B, KV, S, d_h) → (B, H, S, d_h), each key/value head repeated for the H / KV query heads
@@ -563,12 +561,7 @@ impl Attention {
         let q = self.feature_map(q);
         let k = self.feature_map(k);
         let mut out = if ctx.fused && !tap_wants(&tap, HeadSite::Pattern) {
-            let options = AttentionModuleOptions {
-                scale: None,
-                softcap: None,
-                is_causal: true,
-            };
-            attention(q, k, v, None, None, options) // (B, H, S, d_h)
+            crate::kernels::attention::forward(q, k, v) // (B, H, S, d_h)
         } else {
             let slot_kv = self.slot.as_ref().and_then(|sl| sl.keys_values(b, h, dh));
             let (k_all, v_all) = match slot_kv {

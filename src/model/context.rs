@@ -120,6 +120,7 @@ impl PositionTables {
 /// The keys are S = N sink tokens + T real tokens; the queries are the rows `q_start..S` of
 /// that sequence (all of them in a full forward, the newly appended tokens when decoding with a
 /// [`LayerKv`] cache). Positions are sequence (cache-local) indices.
+#[derive(Clone)]
 pub struct Ctx {
     /// RoPE cos, sin (1, 1, Q, r/2) of the query rows, the same (1, 1, S, r/2) of the keys, r.
     pub(crate) rope: Option<(Tensor<4>, Tensor<4>, Tensor<4>, Tensor<4>, usize)>,
@@ -262,7 +263,9 @@ impl Ctx {
             rope_pairing: tables.rope_pairing,
             hidden,
             bias,
-            fused: a.kernel == AttentionKernel::Fused && q_start == 0,
+            fused: a.kernel == AttentionKernel::Fused
+                && q_start == 0
+                && crate::kernels::attention::covers(cfg).is_ok(),
             sink_tokens: n,
             q_start,
             keep: None,

@@ -267,9 +267,27 @@ impl Lm {
         z: bool,
         f: &mut dyn FnMut(usize, usize, Tensor<3>, LayerProbe),
     ) {
-        let mut streams: Vec<(Tensor<3>, Ctx)> =
-            chunks.into_iter().map(|x| self.embed(x)).collect();
-        for l in 0..self.blocks.len() {
+        let streams = chunks.into_iter().map(|x| self.embed(x)).collect();
+        self.probe_by_layer_from(streams, 0, filter, z, f)
+    }
+
+    /// [`Lm::probe_by_layer`] from the chunks' streams entering block `from`
+    /// ([`Lm::stream_at`]): layers `from..L` only (a filter's sites must be ≥ `from`).
+    pub fn probe_by_layer_from(
+        &self,
+        mut streams: Vec<(Tensor<3>, Ctx)>,
+        from: usize,
+        filter: Option<&StreamFilter>,
+        z: bool,
+        f: &mut dyn FnMut(usize, usize, Tensor<3>, LayerProbe),
+    ) {
+        if let Some(fl) = filter {
+            assert!(
+                fl.layers.iter().all(|&l| l >= from),
+                "a filter below the restart layer {from}"
+            );
+        }
+        for l in from..self.blocks.len() {
             for (c, (h, ctx)) in streams.iter_mut().enumerate() {
                 let mut rec = ProbeRecorder::new(Some(l), self.cfg.n_heads, true).with_z(z);
                 let mut filter = filter;
@@ -362,11 +380,43 @@ impl Lm {
         filter: Option<&StreamFilter>,
         max_logits: usize,
     ) -> f64 {
-        let [b, t] = tokens.dims();
+        let (h, ctx) = self.embed(tokens);
+        self.nll_from(h, &ctx, 0, (targets, mask, denom), filter, max_logits)
+    }
+
+    /// The residual stream entering block `l` (B, N+T, d) for `tokens`, and the forward
+    /// context: where a walk restarted at `l` begins ([`Lm::nll_from`],
+    /// [`Lm::probe_by_layer_from`]). It equals the whole walk's stream there.
+    pub fn stream_at(&self, tokens: Tensor<2, Int>, l: usize) -> (Tensor<3>, Ctx) {
+        let (h, ctx) = self.embed(tokens);
+        let h = self.walk(h, &ctx, 0..l, None, None);
+        (h, ctx)
+    }
+
+    /// [`Lm::nll`] from the stream `h` entering block `from` ([`Lm::stream_at`]): blocks
+    /// `from..L` (with `filter`, whose sites must be ≥ `from`), then the logits in blocks of at
+    /// most `max_logits` elements. `(targets, mask, denom)` as in [`Lm::nll`].
+    pub fn nll_from(
+        &self,
+        h: Tensor<3>,
+        ctx: &Ctx,
+        from: usize,
+        (targets, mask, denom): (Tensor<2, Int>, Tensor<2>, f64),
+        filter: Option<&StreamFilter>,
+        max_logits: usize,
+    ) -> f64 {
+        if let Some(f) = filter {
+            assert!(
+                f.layers.iter().all(|&l| l >= from),
+                "a filter below the restart layer {from}"
+            );
+        }
+        let [b, t] = targets.dims();
         let v = self.embed.dims()[0];
         let mut filter = filter;
         let hooks = filter.as_mut().map(|f| f as &mut dyn Hooks);
-        let h = self.run(tokens, hooks); // (B, T, d)
+        let h = self.walk(h, ctx, from..self.blocks.len(), hooks, None);
+        let h = h.narrow(1, self.cfg.sink_tokens, t); // real tokens (B, T, d)
         let step = (max_logits / (b * v).max(1)).clamp(1, t.max(1));
         let mut total = 0.0;
         for from in (0..t).step_by(step) {

@@ -190,6 +190,73 @@ fn identity_filter_leaves_the_loss_unchanged_and_removing_everything_does_not() 
     );
 }
 
+#[test]
+fn evaluations_restarted_at_the_filter_layer_equal_the_whole_walk() {
+    // `sinklab dark` walks validation and probe batches to the filter's block input once and
+    // restarts every filtered evaluation there (eval::RestartAt): loss and sink report must
+    // equal the whole walk's, at every block input, with and without a sink token.
+    use sinklab::metrics::{HEADLINE_EPS, Proxy};
+    for (name, overrides) in [
+        ("restart", &[][..]),
+        ("restart_sink", &["model.sink_tokens = 1"][..]),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let exp = common::tiny_experiment(dir.path(), name, overrides);
+        let s = train::train(&exp, &quiet(), &mut |_| {}).unwrap();
+        let run = sinklab::run::open_run(&s.run_dir, None, &mut |_| {}).unwrap();
+        let (w_u, _, d, v) = unembedding_and_embedding(&run.model, false);
+        let bands = Bands::from_matrix(&w_u, d, v, 8);
+        let val = sinklab::data::validation_batch(&run.data, 6, 32, true).unwrap();
+        let probe = sinklab::data::validation_batch(&run.data, 5, 24, true).unwrap();
+        let dev = &run.device;
+        let eps = [HEADLINE_EPS];
+        let proxy = Proxy::Weights;
+        let unfiltered =
+            sinklab::eval::summaries(&run.model, &probe, 4, proxy, dev, None, None, &mut |_| {});
+        for l in 0..=2 {
+            let f = StreamFilter::from_column_map(&bands.phi(3), d, &[l], dev);
+            let r =
+                sinklab::eval::RestartAt::new(&run.model, (&val, &probe), 4, dev, l, &unfiltered);
+            let whole = sinklab::eval::eval_loss_filtered(&run.model, &val, 4, dev, Some(&f));
+            let restarted = r.nll(&run.model, Some(&f));
+            assert!(
+                (whole - restarted).abs() <= 1e-5 * whole.abs(),
+                "{name} at block input {l}: {restarted} vs {whole}"
+            );
+            let base = sinklab::eval::eval_loss(&run.model, &val, 4, dev);
+            assert!((whole - base).abs() > 1e-3, "Φ_3 at {l} changes the loss");
+            let want = sinklab::eval::probe_report(
+                &run.model,
+                &probe,
+                4,
+                proxy,
+                dev,
+                Some(&f),
+                (&eps, 1),
+                None,
+            );
+            let got = r.probe_report(&run.model, proxy, Some(&f), (&eps, 1));
+            let flat = |x: &Vec<Vec<f64>>| x.concat();
+            close(
+                &flat(&got.importance_first),
+                &flat(&want.importance_first),
+                1e-5,
+                "α₁",
+            );
+            close(&got.entropy, &want.entropy, 1e-5, "entropy");
+            assert_eq!(got.sink_rate, want.sink_rate, "{name} at {l}: Sink rates");
+            let mass = |x: &[Option<f64>]| x.iter().map(|m| m.unwrap_or(-1.0)).collect::<Vec<_>>();
+            close(
+                &mass(&got.slot_mass),
+                &mass(&want.slot_mass),
+                1e-5,
+                "slot mass",
+            );
+            assert_eq!(got.importance_first.len(), 2, "every layer reported");
+        }
+    }
+}
+
 /// `sinklab dark` on a tiny run: 4 bands, k ∈ {1, 3}, 4 validation and 4 probe sequences of 16
 /// tokens, written to `out`, with `extra` arguments.
 fn small_dark(run: &str, out: &str, extra: &[&str]) -> (i32, String) {

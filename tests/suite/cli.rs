@@ -318,3 +318,28 @@ fn check_reports_every_problem_of_this_machine_at_once() {
     assert_eq!(code, 0);
     assert!(out.contains("(1 layer × d 64, 2000 steps)"), "{out}");
 }
+
+/// `kernel = "fused"` is accepted on every model; `check` says whether the fused attention
+/// kernel runs or the explicit path does, and why.
+#[test]
+fn check_says_whether_the_fused_attention_kernel_covers_the_model() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, extra, want) in [
+        ("plain", "", "attention: the fused kernel"),
+        (
+            "alibi",
+            "positions = { kind = \"alibi\" }\n",
+            "does not cover this model (positions add a logit bias): the explicit path runs",
+        ),
+    ] {
+        let f = dir.path().join(format!("{name}.toml"));
+        std::fs::write(
+            &f,
+            format!("[model]\n{extra}[model.attention]\nkernel = \"fused\"\n"),
+        )
+        .unwrap();
+        let (code, out, err) = sinklab_in(None, &["check", f.to_str().unwrap()]);
+        assert_eq!(code, 0, "{out}{err}");
+        assert!(out.contains(want), "{name}: {out}");
+    }
+}

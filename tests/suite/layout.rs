@@ -11,7 +11,7 @@ const MAX_LINES: usize = 800;
 
 /// The layers of `src/`, bottom first (README.md "Architecture", src/lib.rs): a module may use
 /// only modules before it.
-const ORDER: [&str; 29] = [
+const ORDER: [&str; 30] = [
     "spa",
     "lock",
     "checkpoint",
@@ -21,6 +21,7 @@ const ORDER: [&str; 29] = [
     "progress",
     "parallel",
     "config",
+    "kernels",
     "metrics",
     "heads",
     "backend",

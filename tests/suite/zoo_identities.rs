@@ -590,3 +590,80 @@ fn layer_by_layer_probes_and_chunked_losses_equal_the_whole_pass() {
     }
     assert!(checked >= 10, "only {checked} variants");
 }
+
+/// `kernel = "fused"` on every zoo variant: where the fused attention kernel covers the model
+/// (sinklab::kernels::attention::covers) its logits and the gradients of every parameter equal
+/// the explicit path's; where it does not, the explicit path runs (bit-identical) and the
+/// summary `check` prints names the reason.
+#[test]
+fn the_fused_kernel_agrees_with_the_explicit_path_or_falls_back_and_says_so() {
+    let dev = common::device().autodiff();
+    let mut covered = Vec::new();
+    for (name, model, attention) in variants() {
+        let manual = exp(model, attention);
+        let fused = exp(model, &format!("{attention}\nkernel = \"fused\""));
+        let summary = sinklab::kernels::summary(&fused.model).unwrap();
+        let (a, b) = (build(&manual, &dev), build(&fused, &dev));
+        let (la, lb) = (logits(&a, &dev), logits(&b, &dev));
+        match sinklab::kernels::attention::covers(&fused.model) {
+            Ok(()) => {
+                covered.push(name);
+                assert!(summary.contains("the fused kernel"), "{name}: {summary}");
+                for (i, (x, y)) in la.iter().zip(&lb).enumerate() {
+                    assert!(
+                        (x - y).abs() <= 1e-5 * (1.0 + x.abs()),
+                        "{name}: logit {i} {x} vs {y}"
+                    );
+                }
+                let grads = |m: &Lm| {
+                    let mask = Tensor::<2>::ones([2, 7], &dev);
+                    let loss = masked_nll(m.forward(tokens(&dev, 3)), tokens(&dev, 4), mask, 14.0);
+                    let mut acc = GradAccumulator::default();
+                    acc.add(m, &loss.backward());
+                    acc.grads
+                };
+                let (ga, gb) = (grads(&a), grads(&b));
+                assert_eq!(ga.len(), params(&a).len(), "{name}: every parameter");
+                assert_eq!(
+                    ga.keys().collect::<Vec<_>>(),
+                    gb.keys().collect::<Vec<_>>(),
+                    "{name}"
+                );
+                for (k, g) in &ga {
+                    let g = g.to_data().try_to_vec::<f32>().unwrap();
+                    let h = gb[k].to_data().try_to_vec::<f32>().unwrap();
+                    let scale = g.iter().fold(0f32, |m, x| m.max(x.abs()));
+                    for (x, y) in g.iter().zip(&h) {
+                        assert!(
+                            (x - y).abs() <= 1e-4 * scale + 1e-7,
+                            "{name}: ∂{k} {x} vs {y}"
+                        );
+                    }
+                }
+            }
+            Err(why) => {
+                assert!(!why.is_empty(), "{name}");
+                assert!(
+                    summary.contains("does not cover") && summary.contains(&why[0]),
+                    "{name}: {summary}"
+                );
+                assert_eq!(la, lb, "{name}: the explicit path runs");
+            }
+        }
+    }
+    for want in [
+        "softmax",
+        "gate_headwise",
+        "sink_tokens",
+        "rope_half",
+        "learned",
+    ] {
+        assert!(
+            covered.contains(&want),
+            "the kernel covers {want}: {covered:?}"
+        );
+    }
+    for not in ["alibi", "sink_logit", "softmax_n", "window", "row_scale"] {
+        assert!(!covered.contains(&not), "the kernel does not cover {not}");
+    }
+}
