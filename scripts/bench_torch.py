@@ -7,6 +7,7 @@ Usage (PyTorch lives in its own venv; it is not in scripts/requirements.txt):
     ~/.cache/sinklab-torch-venv/bin/pip install torch==2.9.0 numpy   # PyPI's wheel is the CUDA build
     ~/.cache/sinklab-torch-venv/bin/python scripts/bench_torch.py               # eager, defaults below
     ~/.cache/sinklab-torch-venv/bin/python scripts/bench_torch.py --compile     # torch.compile + fused AdamW
+    ~/.cache/sinklab-torch-venv/bin/python scripts/bench_torch.py --compile --compile-loss --optimizer foreach
     ~/.cache/sinklab-torch-venv/bin/python scripts/bench_torch.py --attn sdpa --json
     python3 scripts/bench_torch.py --device cuda --dtype bf16 --attn sdpa --peak-gflops 989400
                                                       # on a GPU: bf16 autocast + SDPA, as a
@@ -277,6 +278,9 @@ def main():
     ap.add_argument("--rope-base", type=float, default=10000.0)
     ap.add_argument("--compile", action="store_true",
                     help="torch.compile the model (forward and backward through inductor)")
+    ap.add_argument("--compile-loss", action="store_true",
+                    help="with --compile: compile the model and the cross-entropy as one function "
+                         "(the logits never leave the compiled graph), as a careful user does")
     ap.add_argument("--optimizer", choices=["foreach", "fused"], default=None,
                     help="AdamW implementation (default: foreach in eager, fused with --compile)")
     ap.add_argument("--mode", choices=["train", "forward", "decode"], default="train",
@@ -320,6 +324,13 @@ def main():
     opt = torch.optim.AdamW(params, lr=args.lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=args.wd,
                             **({"fused": True} if optimizer == "fused" else {"foreach": True}))
     run = torch.compile(model) if args.compile else model
+    if args.compile_loss and not args.compile:
+        raise SystemExit("bench_torch: --compile-loss needs --compile")
+
+    def model_loss(inputs, targets):
+        return F.cross_entropy(model(inputs).reshape(-1, V), targets.reshape(-1))
+
+    train_loss = torch.compile(model_loss) if args.compile_loss else None
 
     gen = torch.Generator().manual_seed(args.seed)
     batch = torch.randint(2, V, (B, T + 1), generator=gen)
@@ -336,8 +347,11 @@ def main():
             with torch.inference_mode(), autocast:
                 return run(inputs)[0, -1, 0].item()
         with autocast:
-            logits = run(inputs)
-            loss = F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
+            if train_loss is not None:
+                loss = train_loss(inputs, targets)
+            else:
+                logits = run(inputs)
+                loss = F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
@@ -385,7 +399,8 @@ def main():
     if args.device == "cuda":
         where = f"cuda ({torch.cuda.get_device_name(0)}, CUDA {torch.version.cuda})"
     res = {
-        "impl": f"torch {torch.__version__} {'compile' if args.compile else 'eager'} {where}, "
+        "impl": f"torch {torch.__version__} "
+                f"{('compile model+loss' if args.compile_loss else 'compile') if args.compile else 'eager'} {where}, "
                 f"dtype={args.dtype}{' tf32' if args.tf32 else ''}, attn={args.attn}, "
                 f"adamw={optimizer}, mode={args.mode}",
         "device": args.device,

@@ -16,15 +16,15 @@ pub fn ids_tensor(ids: &[u32], device: &Device) -> Tensor<2, Int> {
     Tensor::from_data(TensorData::new(v, [1, ids.len()]), device)
 }
 
-/// Host copy of logits (1, n, V) as n rows of V.
+/// Host copy of logits (B, n, V) as B·n rows of V (batch-major).
 fn rows(logits: Tensor<3>) -> Vec<Vec<f32>> {
-    let [_, n, v] = logits.dims();
+    let [b, n, v] = logits.dims();
     let flat: Vec<f32> = logits
         .into_data()
         .convert::<f32>()
         .try_into_vec::<f32>()
         .expect("f32 logits");
-    debug_assert_eq!(flat.len(), n * v);
+    debug_assert_eq!(flat.len(), b * n * v);
     flat.chunks_exact(v).map(<[f32]>::to_vec).collect()
 }
 
@@ -135,6 +135,33 @@ pub fn continue_nll(
     for (i, pair) in tokens.windows(2).enumerate() {
         let logits = model.forward_cached(ids_tensor(&pair[..1], device), cache)?;
         out.push(nll(&rows(logits)[0], pair[1]));
+        progress(i + 1);
+    }
+    Ok(out)
+}
+
+/// [`continue_nll`] for a cache of several rows, one per policy ([`KvCache::fork_rows`]):
+/// the same tokens fed to every row, each token a (rows, 1) batch, so each forward reads the
+/// weights once for all of them. One NLL vector per row, equal to that row's own
+/// [`continue_nll`] (tested).
+pub fn continue_nll_rows(
+    model: &Lm,
+    cache: &mut KvCache,
+    rows_n: usize,
+    tokens: &[u32],
+    device: &Device,
+    progress: &mut dyn FnMut(usize),
+) -> Result<Vec<Vec<f64>>> {
+    let mut out = vec![Vec::with_capacity(tokens.len().saturating_sub(1)); rows_n];
+    for (i, pair) in tokens.windows(2).enumerate() {
+        let x = Tensor::from_data(
+            TensorData::new(vec![pair[0] as i64; rows_n], [rows_n, 1]),
+            device,
+        );
+        let logits = model.forward_cached(x, cache)?; // (rows, 1, V)
+        for (o, row) in out.iter_mut().zip(rows(logits)) {
+            o.push(nll(&row, pair[1]));
+        }
         progress(i + 1);
     }
     Ok(out)

@@ -3,7 +3,7 @@
 //! sliding window re-computed over the last L tokens) and dense attention over the whole text,
 //! with the per-position curve.
 
-use crate::generate::{continue_nll, recompute_nll};
+use crate::generate::{continue_nll, continue_nll_rows, recompute_nll};
 use crate::model::CachePolicy;
 use crate::run::OpenRun;
 use anyhow::{Result, bail};
@@ -179,34 +179,67 @@ pub fn stream_eval(
     let head = continue_nll(&model, &mut shared, &tokens[..=prefix], device, &mut |_| {
         bar.inc(1)
     })?;
-    // Past the shared prefix the dense stream and every evicting cache decode one token at a
-    // time, where the backend's matrix products (1 × d) are too small to use a second core:
-    // on the CPU they run concurrently, one worker per core (each stream's numbers do not
-    // depend on it).
-    let mut streams = vec![(dense_name, None, None, CachePolicy::DENSE, dense_limit)];
-    for (name, s, w) in policies {
-        let policy = CachePolicy {
+    // Past the shared prefix the dense stream and the evicting caches decode one token at a
+    // time. The evicting caches all hold L tokens, so they decode together as the rows of one
+    // cache (each token reads the weights once for all of them; KvCache::fork_rows); the dense
+    // stream runs beside them, on the CPU one worker per core (neither's numbers depend on it).
+    let windowed: Vec<(String, usize, usize)> = policies
+        .into_iter()
+        .map(|(name, s, w)| (format!("{name} ({s}+{w})"), s, w))
+        .collect();
+    let rows_policies: Vec<CachePolicy> = windowed
+        .iter()
+        .map(|&(_, s, w)| CachePolicy {
             sinks: s,
             window: Some(w),
-        };
-        streams.push((format!("{name} ({s}+{w})"), Some(s), Some(w), policy, n));
-    }
-    let workers =
-        crate::parallel::Workers::for_device(crate::backend::is_cpu(device), streams.len());
-    let nlls = workers.map(streams.len(), |j| -> Result<Vec<f64>> {
-        let (_, _, _, policy, len) = &streams[j];
-        let mut cache = shared.fork(*policy)?;
-        let rest = continue_nll(
-            &model,
-            &mut cache,
-            &tokens[prefix..*len],
-            device,
-            &mut |_| bar.inc(1),
-        )?;
-        Ok(head.iter().copied().chain(rest).collect())
+        })
+        .collect();
+    let workers = crate::parallel::Workers::for_device(crate::backend::is_cpu(device), 2);
+    let nlls = workers.map(2, |j| -> Result<Vec<Vec<f64>>> {
+        if j == 0 {
+            let mut cache = shared.fork(CachePolicy::DENSE)?;
+            let rest = continue_nll(
+                &model,
+                &mut cache,
+                &tokens[prefix..dense_limit],
+                device,
+                &mut |_| bar.inc(1),
+            )?;
+            Ok(vec![rest])
+        } else {
+            let mut cache = shared.fork_rows(&rows_policies)?;
+            let k = rows_policies.len() as u64;
+            continue_nll_rows(
+                &model,
+                &mut cache,
+                rows_policies.len(),
+                &tokens[prefix..n],
+                device,
+                &mut |_| bar.inc(k),
+            )
+        }
     });
-    for ((name, s, w, _, _), nll) in streams.into_iter().zip(nlls) {
-        rows.push(StreamRow::new(&name, s, w, nll?, ctx, budget));
+    let mut nlls = nlls.into_iter();
+    let with_head = |rest: Vec<f64>| -> Vec<f64> { head.iter().copied().chain(rest).collect() };
+    let dense = nlls.next().expect("the dense stream")?.remove(0);
+    rows.push(StreamRow::new(
+        &dense_name,
+        None,
+        None,
+        with_head(dense),
+        ctx,
+        budget,
+    ));
+    let evicting = nlls.next().expect("the evicting streams")?;
+    for ((name, s, w), nll) in windowed.into_iter().zip(evicting) {
+        rows.push(StreamRow::new(
+            &name,
+            Some(s),
+            Some(w),
+            with_head(nll),
+            ctx,
+            budget,
+        ));
     }
     if o.recompute {
         let nll = recompute_nll(&model, &tokens, budget, o.batch, device, &mut |k| {

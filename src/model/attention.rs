@@ -522,6 +522,11 @@ impl Attention {
     /// (B, Q, d) → (B, Q, d) for the query rows of `ctx`. Without a cache the input is the
     /// whole sequence (Q = S); with one it is the Q new tokens, whose keys and values are
     /// appended to `cache` (evicted per `ctx.keep`) and attended together with the cached ones.
+    ///
+    /// Three stages, each replaceable on its own by a kernel (`crate::kernels`): [`Self::project`]
+    /// (q, k, v per head, cached, rotated, hooked), [`Self::mix`] (the weights and the weighted
+    /// sum: the fused kernel where it covers the model and no hook wants the pattern, else
+    /// [`Self::mix_explicit`]) and [`Self::output`] (value bias, gate, heads merged, W_O).
     pub(crate) fn forward(
         &self,
         u: Tensor<3>,
@@ -529,16 +534,36 @@ impl Attention {
         mut tap: Option<&mut Tap<'_>>,
         cache: Option<&mut LayerKv>,
     ) -> Tensor<3> {
-        let [b, nq, d] = u.dims();
+        let frame = Frame {
+            sink_tokens: ctx.sink_tokens,
+            q_start: ctx.q_start,
+            slot_cols: 0,
+        };
+        let (q, k, v) = self.project(u.clone(), ctx, &mut tap, cache, frame);
+        let z = self.mix(q, k, v, ctx, &mut tap, frame); // (B, H, Q, d_h)
+        self.output(z, u, ctx, &mut tap, frame)
+    }
+
+    /// Stage 1: (B, Q, d) → q (B, H, Q, d_h), k and v (B, H, S, d_h): projected per head, keys
+    /// and values appended to the cache, RoPE applied, hooked (q, k, v), key/value heads
+    /// repeated for grouped-query attention, the kernel feature map applied to q and k.
+    fn project(
+        &self,
+        u: Tensor<3>,
+        ctx: &Ctx,
+        tap: &mut Option<&mut Tap<'_>>,
+        cache: Option<&mut LayerKv>,
+        frame: Frame,
+    ) -> (Tensor<4>, Tensor<4>, Tensor<4>) {
+        let nq = u.dims()[1];
         let h = self.spec.n_heads;
-        let dh = d / h;
         let kv = self.spec.kv_heads;
         let c = ctx.compute; // the dtype of the matrix products (mixed precision)
         let mut q = self.heads(u.clone(), Some(&self.wq), h, c); // (B, H, Q, d_h)
         let k = self.heads(u.clone(), Some(&self.wk), kv, c); // (B, KV, Q, d_h)
-        let v = self.heads(u.clone(), self.wv.as_ref(), kv, c);
+        let v = self.heads(u, self.wv.as_ref(), kv, c);
         let (mut k, v) = match cache {
-            Some(c) => c.update(k, v, ctx.keep), // (B, H, S, d_h), keys unrotated
+            Some(c) => c.update(k, v, ctx.keep.as_ref()), // (B, H, S, d_h), keys unrotated
             None => (k, v),
         };
         let s = k.dims()[2];
@@ -547,68 +572,107 @@ impl Attention {
             q = rope(q, cos_q, sin_q, *r, ctx.rope_pairing);
             k = rope(k, cos_k, sin_k, *r, ctx.rope_pairing);
         }
-        let frame = Frame {
-            sink_tokens: ctx.sink_tokens,
-            q_start: ctx.q_start,
-            slot_cols: 0,
-        };
-        let q = tap_heads(&mut tap, HeadSite::Q, q, frame); // hook q (B, H, Q, d_h)
-        let k = tap_heads(&mut tap, HeadSite::K, k, frame); // hook k (B, KV, S, d_h)
-        let v = tap_heads(&mut tap, HeadSite::V, v, frame); // hook v (B, KV, S, d_h)
+        let q = tap_heads(tap, HeadSite::Q, q, frame); // hook q (B, H, Q, d_h)
+        let k = tap_heads(tap, HeadSite::K, k, frame); // hook k (B, KV, S, d_h)
+        let v = tap_heads(tap, HeadSite::V, v, frame); // hook v (B, KV, S, d_h)
         // Grouped-query attention: query head h reads key/value head h / (H / KV).
         let k = self.repeat_kv(k);
         let v = self.repeat_kv(v);
-        let q = self.feature_map(q);
-        let k = self.feature_map(k);
-        let mut out = if ctx.fused && !tap_wants(&tap, HeadSite::Pattern) {
+        (self.feature_map(q), self.feature_map(k), v)
+    }
+
+    /// Stage 2: q (B, H, Q, d_h), k, v (B, H, S, d_h) → the weighted sum (B, H, Q, d_h).
+    fn mix(
+        &self,
+        q: Tensor<4>,
+        k: Tensor<4>,
+        v: Tensor<4>,
+        ctx: &Ctx,
+        tap: &mut Option<&mut Tap<'_>>,
+        frame: Frame,
+    ) -> Tensor<4> {
+        if ctx.fused && !tap_wants(tap, HeadSite::Pattern) {
             crate::kernels::attention::forward(q, k, v) // (B, H, S, d_h)
         } else {
-            let slot_kv = self.slot.as_ref().and_then(|sl| sl.keys_values(b, h, dh));
-            let (k_all, v_all) = match slot_kv {
-                Some((ks, vs)) => (Tensor::cat(vec![ks, k], 2), Tensor::cat(vec![vs, v], 2)),
-                None => (k, v),
-            }; // (B, H, M+S, d_h)
-            // Scale q (B, H, Q, d_h) rather than the (B, H, Q, C) scores: same maths, fewer flops.
-            let mut scores = matmul_in(q / (dh as f64).sqrt(), k_all.swap_dims(2, 3), c); // (B, H, Q, M+S)
-            let sink_column = self.slot.as_ref().and_then(|sl| sl.logit_column(b, h, nq));
-            let has_sink_column = sink_column.is_some();
-            if let Some(z) = sink_column {
-                scores = Tensor::cat(vec![z, scores], 3); // (B, H, Q, C): the sink column first
-            }
-            if let Some(bias) = &ctx.bias {
-                scores = scores + bias.clone();
-            }
-            if let Some(g) = &self.spa_bias {
-                // + Γ_l (1, 1, Q, S)
-                scores = scores + g.val().slice([ctx.q_start..s, 0..s]).unsqueeze::<4>();
-            }
-            let cols = scores.dims()[3];
-            let w = self.normalise(scores, ctx.hidden.clone().expand([b, h, nq, cols])); // (B, H, Q, C)
-            let slots = Frame {
-                slot_cols: cols - s,
-                ..frame
-            };
-            let w = tap_heads(&mut tap, HeadSite::Pattern, w, slots); // hook pattern
-            let w = if has_sink_column {
-                w.narrow(3, 1, cols - 1) // the sink logit's value is 0
-            } else {
-                w
-            };
-            let w = match &self.spa_scale {
-                Some(dl) => w * dl.val().slice(ctx.q_start..s).reshape([1, 1, nq, 1]), // D_l A
-                None => w,
-            };
-            let w = match (&self.shaping, &ctx.shaping) {
-                (Some(sh), Some((eye, uniform))) => sh.apply(w, eye, uniform),
-                _ => w,
-            };
-            let w = if self.spec.row_scale != 1.0 {
-                w * self.spec.row_scale
-            } else {
-                w
-            };
-            matmul_in(w, v_all, c) // (B, H, Q, d_h)
+            self.mix_explicit(q, k, v, ctx, tap, frame)
+        }
+    }
+
+    /// [`Self::mix`] written out: slot keys and values, scores, the sink-logit column, position
+    /// and SPA biases, the normaliser, the pattern hook, SPA row scales, shaping, row scale, and
+    /// the product with the values.
+    fn mix_explicit(
+        &self,
+        q: Tensor<4>,
+        k: Tensor<4>,
+        v: Tensor<4>,
+        ctx: &Ctx,
+        tap: &mut Option<&mut Tap<'_>>,
+        frame: Frame,
+    ) -> Tensor<4> {
+        let [b, h, nq, dh] = q.dims();
+        let s = k.dims()[2];
+        let c = ctx.compute;
+        let slot_kv = self.slot.as_ref().and_then(|sl| sl.keys_values(b, h, dh));
+        let (k_all, v_all) = match slot_kv {
+            Some((ks, vs)) => (Tensor::cat(vec![ks, k], 2), Tensor::cat(vec![vs, v], 2)),
+            None => (k, v),
+        }; // (B, H, M+S, d_h)
+        // Scale q (B, H, Q, d_h) rather than the (B, H, Q, C) scores: same maths, fewer flops.
+        let mut scores = matmul_in(q / (dh as f64).sqrt(), k_all.swap_dims(2, 3), c); // (B, H, Q, M+S)
+        let sink_column = self.slot.as_ref().and_then(|sl| sl.logit_column(b, h, nq));
+        let has_sink_column = sink_column.is_some();
+        if let Some(z) = sink_column {
+            scores = Tensor::cat(vec![z, scores], 3); // (B, H, Q, C): the sink column first
+        }
+        if let Some(bias) = &ctx.bias {
+            scores = scores + bias.clone();
+        }
+        if let Some(g) = &self.spa_bias {
+            // + Γ_l (1, 1, Q, S)
+            scores = scores + g.val().slice([ctx.q_start..s, 0..s]).unsqueeze::<4>();
+        }
+        let cols = scores.dims()[3];
+        let w = self.normalise(scores, ctx.hidden.clone().expand([b, h, nq, cols])); // (B, H, Q, C)
+        let slots = Frame {
+            slot_cols: cols - s,
+            ..frame
         };
+        let w = tap_heads(tap, HeadSite::Pattern, w, slots); // hook pattern
+        let w = if has_sink_column {
+            w.narrow(3, 1, cols - 1) // the sink logit's value is 0
+        } else {
+            w
+        };
+        let w = match &self.spa_scale {
+            Some(dl) => w * dl.val().slice(ctx.q_start..s).reshape([1, 1, nq, 1]), // D_l A
+            None => w,
+        };
+        let w = match (&self.shaping, &ctx.shaping) {
+            (Some(sh), Some((eye, uniform))) => sh.apply(w, eye, uniform),
+            _ => w,
+        };
+        let w = if self.spec.row_scale != 1.0 {
+            w * self.spec.row_scale
+        } else {
+            w
+        };
+        matmul_in(w, v_all, c) // (B, H, Q, d_h)
+    }
+
+    /// Stage 3: the weighted sum (B, H, Q, d_h) → (B, Q, d): the slot's value bias, the output
+    /// gate (computed from the block input `u`), hooked (z), heads concatenated, W_O.
+    fn output(
+        &self,
+        mut out: Tensor<4>,
+        u: Tensor<3>,
+        ctx: &Ctx,
+        tap: &mut Option<&mut Tap<'_>>,
+        frame: Frame,
+    ) -> Tensor<3> {
+        let [b, h, nq, dh] = out.dims();
+        let d = h * dh;
+        let c = ctx.compute;
         if let Some(sl) = &self.slot {
             out = sl.add_value_bias(out);
         }
@@ -618,10 +682,10 @@ impl Attention {
                 GateConfig::Headwise {} => gv.swap_dims(1, 2).unsqueeze_dim::<4>(3), // (B, H, Q, 1)
                 _ => gv.reshape([b, nq, h, dh]).swap_dims(1, 2), // (B, H, Q, d_h)
             };
-            let g4 = tap_heads(&mut tap, HeadSite::Gate, g4, frame); // hook gate
+            let g4 = tap_heads(tap, HeadSite::Gate, g4, frame); // hook gate
             out = out * g4;
         }
-        let out = tap_heads(&mut tap, HeadSite::Z, out, frame); // hook z (B, H, Q, d_h)
+        let out = tap_heads(tap, HeadSite::Z, out, frame); // hook z (B, H, Q, d_h)
         let out = out.swap_dims(1, 2).reshape([b, nq, d]); // (B, Q, d): heads concatenated
         match &self.wo {
             Some(wo) => wo.forward_in(out, c),

@@ -3,7 +3,7 @@
 //! where the position scheme allows.
 
 use super::Lm;
-use super::context::{Ctx, LayerKv, PositionTables};
+use super::context::{Ctx, Keep, LayerKv, PositionTables};
 use super::layers::norm_or_id;
 use crate::config::MaskConfig;
 use burn::tensor::module::embedding;
@@ -71,7 +71,7 @@ impl Lm {
             layers: vec![LayerKv::default(); self.blocks.len()],
             real: 0,
             started: false,
-            policy,
+            policies: vec![policy],
             ids: None,
         })
     }
@@ -92,14 +92,19 @@ impl Lm {
     ) -> anyhow::Result<Tensor<3>> {
         let [b, n] = tokens.dims();
         let n_sink = self.cfg.sink_tokens;
-        let policy = cache.policy;
+        // One policy for every row, or one per row with the same budget ([`KvCache::fork_rows`]).
+        let policies = cache.policies.clone();
+        let policy = policies[0];
         let total = cache.real + n;
         let cap = policy.window.map(|w| policy.sinks + w);
         let kept = cap.map_or(total, |c| total.min(c));
-        if let Some(w) = policy.window
+        if let Some(w) = policies.iter().filter_map(|p| p.window).min()
             && n > w
         {
             anyhow::bail!("{n} new tokens do not fit a window of {w}");
+        }
+        if policies.len() > 1 && policies.len() != b {
+            anyhow::bail!("a cache of {} rows fed {b} rows", policies.len());
         }
         if kept > self.tables.len {
             anyhow::bail!(
@@ -120,18 +125,29 @@ impl Lm {
                 None => tokens.clone(),
             }; // (B, total)
             if kept < total {
-                let s = policy.sinks;
-                let mut parts = Vec::with_capacity(2);
-                if s > 0 {
-                    parts.push(all.clone().narrow(1, 0, s));
-                }
-                parts.push(all.narrow(1, total - (kept - s), kept - s));
-                let keep_ids = Tensor::cat(parts, 1); // (B, kept)
+                // (B', total) → (B', kept): the first `s` ids and the most recent kept − s.
+                let keep = |x: Tensor<2, Int>, s: usize| {
+                    let mut parts = Vec::with_capacity(2);
+                    if s > 0 {
+                        parts.push(x.clone().narrow(1, 0, s));
+                    }
+                    parts.push(x.narrow(1, total - (kept - s), kept - s));
+                    Tensor::cat(parts, 1)
+                };
+                let keep_ids = match policies[..] {
+                    [p] => keep(all, p.sinks),
+                    _ => Tensor::cat(
+                        (0..b)
+                            .map(|r| keep(all.clone().narrow(0, r, 1), policies[r].sinks))
+                            .collect(),
+                        0,
+                    ),
+                }; // (B, kept)
                 let mut fresh = KvCache {
                     layers: vec![LayerKv::default(); self.blocks.len()],
                     real: 0,
                     started: false,
-                    policy: CachePolicy::DENSE,
+                    policies: vec![CachePolicy::DENSE],
                     ids: None,
                 };
                 let logits = self.forward_cached(keep_ids.clone(), &mut fresh)?; // (B, kept, V)
@@ -169,7 +185,10 @@ impl Lm {
             q_start,
             &device,
         );
-        ctx.keep = policy.window.map(|w| (n_sink + policy.sinks, w));
+        ctx.keep = cap.map(|c| Keep {
+            front: policies.iter().map(|p| n_sink + p.sinks).collect(),
+            total: n_sink + c,
+        });
         ctx.compute = self.compute;
         h = self.walk(h, &ctx, 0..self.blocks.len(), None, Some(&mut cache.layers));
         cache.real = kept;
@@ -204,7 +223,8 @@ pub struct KvCache {
     real: usize,
     /// Whether the model's sink tokens are in the cache yet.
     started: bool,
-    policy: CachePolicy,
+    /// The policy of every row, or of each row (then all with the same budget).
+    policies: Vec<CachePolicy>,
     /// Token ids the cache holds (B, real), kept for models with absolute positions only.
     ids: Option<Tensor<2, Int>>,
 }
@@ -215,7 +235,59 @@ impl KvCache {
     /// tokens at the same positions and give the same logits so far (StreamingLLM's caches all
     /// start as the dense one).
     pub fn fork(&self, policy: CachePolicy) -> anyhow::Result<KvCache> {
-        if self.policy != CachePolicy::DENSE {
+        self.check_fork(policy)?;
+        Ok(KvCache {
+            layers: self.layers.clone(),
+            real: self.real,
+            started: self.started,
+            policies: vec![policy],
+            ids: self.ids.clone(),
+        })
+    }
+
+    /// [`KvCache::fork`] into one batch row per policy, decoded together (each token reads the
+    /// weights once for every row): this cache must hold one sequence, and every policy must
+    /// evict (a window) with the same budget sinks + window, so the rows always hold the same
+    /// number of tokens. Row r's logits equal those of `fork(policies[r])` (tested).
+    pub fn fork_rows(&self, policies: &[CachePolicy]) -> anyhow::Result<KvCache> {
+        let budget = |p: &CachePolicy| p.window.map(|w| p.sinks + w);
+        let first = policies.first().and_then(budget);
+        if first.is_none() || policies.iter().any(|p| budget(p) != first) {
+            anyhow::bail!(
+                "rows of one cache need evicting policies of one budget (sinks + window), got \
+                 {policies:?}"
+            );
+        }
+        for p in policies {
+            self.check_fork(*p)?;
+        }
+        let rows = policies.len();
+        let repeat = |x: &Option<Tensor<4>>| x.as_ref().map(|t| t.clone().repeat_dim(0, rows));
+        let layers = self
+            .layers
+            .iter()
+            .map(|l| {
+                if l.keys.as_ref().is_some_and(|k| k.dims()[0] != 1) {
+                    anyhow::bail!("only a cache of one sequence forks into rows");
+                }
+                Ok(LayerKv {
+                    keys: repeat(&l.keys),
+                    values: repeat(&l.values),
+                })
+            })
+            .collect::<anyhow::Result<_>>()?;
+        Ok(KvCache {
+            layers,
+            real: self.real,
+            started: self.started,
+            policies: policies.to_vec(),
+            ids: self.ids.as_ref().map(|t| t.clone().repeat_dim(0, rows)),
+        })
+    }
+
+    /// A fork of this cache under `policy` is allowed (see [`KvCache::fork`]).
+    fn check_fork(&self, policy: CachePolicy) -> anyhow::Result<()> {
+        if self.policies != [CachePolicy::DENSE] {
             anyhow::bail!("only a dense cache can be forked (this one evicts)");
         }
         if let Some(w) = policy.window
@@ -227,13 +299,7 @@ impl KvCache {
                 policy.sinks
             );
         }
-        Ok(KvCache {
-            layers: self.layers.clone(),
-            real: self.real,
-            started: self.started,
-            policy,
-            ids: self.ids.clone(),
-        })
+        Ok(())
     }
 
     /// Real tokens currently cached.

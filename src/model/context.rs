@@ -136,7 +136,7 @@ pub struct Ctx {
     pub(crate) q_start: usize,
     /// Keys kept by a cache: `(front, back)` entries of the sequence (sink tokens included in
     /// `front`) when the cache evicts, applied to each layer's cache after appending.
-    pub keep: Option<(usize, usize)>,
+    pub keep: Option<Keep>,
     /// Identity I and uniform attention C over the visible keys, (1, 1, Q, S): shaping only.
     pub(crate) shaping: Option<(Tensor<4>, Tensor<4>)>,
     /// The dtype of the forward's matrix products (mixed precision); None: f32.
@@ -283,15 +283,35 @@ pub struct LayerKv {
     pub values: Option<Tensor<4>>,
 }
 
+/// Which cached entries survive an eviction: batch row r keeps its first `front[r]` entries
+/// and its most recent `total − front[r]` (`front` of length 1: every row alike). Rows of one
+/// cache may evict differently (the evicting policies of `stream-eval` decoded as one batch)
+/// but always keep the same number of entries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Keep {
+    pub front: Vec<usize>,
+    pub total: usize,
+}
+
 impl LayerKv {
-    /// Append new keys and values, evict down to `keep = (front, back)` entries if given, and
-    /// return the whole cache.
+    /// Append new keys and values, evict down to `keep` if given, and return the whole cache.
     pub(crate) fn update(
         &mut self,
         k: Tensor<4>,
         v: Tensor<4>,
-        keep: Option<(usize, usize)>,
+        keep: Option<&Keep>,
     ) -> (Tensor<4>, Tensor<4>) {
+        // (B, KV, m, d_h) → (B, KV, total, d_h): row r keeps [0, front) and [m − back, m).
+        let evict = |x: Tensor<4>, front: usize, total: usize| {
+            let m = x.dims()[2];
+            let back = total - front;
+            let mut parts = Vec::with_capacity(2);
+            if front > 0 {
+                parts.push(x.clone().narrow(2, 0, front));
+            }
+            parts.push(x.narrow(2, m - back, back));
+            Tensor::cat(parts, 2)
+        };
         let join = |old: Option<Tensor<4>>, new: Tensor<4>| {
             let all = match old {
                 Some(o) => Tensor::cat(vec![o, new], 2),
@@ -299,14 +319,17 @@ impl LayerKv {
             };
             let m = all.dims()[2];
             match keep {
-                Some((front, back)) if m > front + back => {
-                    let mut parts = Vec::with_capacity(2);
-                    if front > 0 {
-                        parts.push(all.clone().narrow(2, 0, front));
+                Some(kp) if m > kp.total => match kp.front[..] {
+                    [front] => evict(all, front, kp.total),
+                    _ => {
+                        let b = all.dims()[0];
+                        assert_eq!(kp.front.len(), b, "one front per batch row");
+                        let rows = (0..b)
+                            .map(|r| evict(all.clone().narrow(0, r, 1), kp.front[r], kp.total))
+                            .collect();
+                        Tensor::cat(rows, 0)
                     }
-                    parts.push(all.narrow(2, m - back, back));
-                    Tensor::cat(parts, 2)
-                }
+                },
                 _ => all,
             }
         };

@@ -227,6 +227,52 @@ fn eviction_with_rerotation_matches_a_fresh_forward_over_the_kept_tokens() {
             longer.fork(policy).is_err(),
             "{name}: a cache past the budget cannot fork"
         );
+        // The evicting policies of one budget decoded together as the rows of one cache
+        // (stream-eval): each row equals its policy decoded alone.
+        let budget = s + w;
+        let row_policies: Vec<CachePolicy> = [0, 1, 2, 4]
+            .map(|k| CachePolicy {
+                sinks: k,
+                window: Some(budget - k),
+            })
+            .to_vec();
+        let mut rows = shared.fork_rows(&row_policies).unwrap();
+        let together = generate::continue_nll_rows(
+            &model,
+            &mut rows,
+            row_policies.len(),
+            &toks[s + w..],
+            &dev,
+            &mut |_| {},
+        )
+        .unwrap();
+        for (p, got) in row_policies.iter().zip(&together) {
+            let mut alone = shared.fork(*p).unwrap();
+            let want =
+                generate::continue_nll(&model, &mut alone, &toks[s + w..], &dev, &mut |_| {})
+                    .unwrap();
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    (g - w).abs() <= 1e-5 * (1.0 + w.abs()),
+                    "{name}, {p:?}, token {i}: together {g} vs alone {w}"
+                );
+            }
+        }
+        let mixed = [
+            policy,
+            CachePolicy {
+                sinks: 0,
+                window: Some(budget + 1),
+            },
+        ];
+        assert!(
+            shared.fork_rows(&mixed).is_err(),
+            "{name}: one budget per cache"
+        );
+        assert!(
+            shared.fork_rows(&[CachePolicy::DENSE]).is_err(),
+            "{name}: rows evict"
+        );
     }
 }
 

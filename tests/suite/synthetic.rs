@@ -367,6 +367,50 @@ fn the_shakespeare_character_chain_matches_numpy_and_keeps_the_papers_triggers()
     );
 }
 
+/// A shipped experiment shortened to `steps` (one evaluation and probe at the end) and trained
+/// in `dir`; `extra` overrides on top. Returns the experiment and its run directory.
+fn train_shortened(
+    dir: &Path,
+    file: &str,
+    steps: u64,
+    extra: &[&str],
+) -> (config::Experiment, std::path::PathBuf) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
+    let mut o: Vec<String> = vec![
+        format!("run.out_dir={:?}", dir.join("runs").display().to_string()),
+        format!(
+            "data.cache_dir={:?}",
+            dir.join("cache").display().to_string()
+        ),
+        format!("train.steps={steps}"),
+        format!("train.eval_every={steps}"),
+        format!("train.checkpoint_every={steps}"),
+        format!("metrics.every={steps}"),
+    ];
+    o.extend(extra.iter().map(|x| x.to_string()));
+    let exp = config::load(&path, &o).unwrap_or_else(|e| panic!("{e}"));
+    let opts = TrainOptions {
+        quiet: true,
+        ..TrainOptions::default()
+    };
+    train::train(&exp, &opts, &mut |_| {}).unwrap();
+    let run = exp.run_dir();
+    (exp, run)
+}
+
+/// The best of `heads` heads' live `score` in `layer` at `step`.
+fn best_head(run: &Path, score: &str, layer: usize, heads: usize, step: u64) -> f64 {
+    (0..heads)
+        .map(|h| {
+            series(run, &format!("heads/{score}/layer{layer:02}_head{h:02}"))
+                .into_iter()
+                .find(|p| p.0 == step)
+                .unwrap()
+                .1
+        })
+        .fold(f64::MIN, f64::max)
+}
+
 /// experiments/induction.toml, shortened to 400 steps: the live head scores show layer-1
 /// induction heads forming in a phase change (best head 0.04 at step 0, 0.82 at step 300 on the
 /// shipped run) while layer 0 keeps ALiBi's recency prior (previous-token share ≈ 0.21), and
@@ -374,41 +418,14 @@ fn the_shakespeare_character_chain_matches_numpy_and_keeps_the_papers_triggers()
 #[test]
 fn the_induction_experiment_grows_induction_heads_in_its_live_scores() {
     let dir = tempfile::tempdir().unwrap();
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments/induction.toml");
-    let o: Vec<String> = vec![
-        format!(
-            "run.out_dir={:?}",
-            dir.path().join("runs").display().to_string()
-        ),
-        format!(
-            "data.cache_dir={:?}",
-            dir.path().join("cache").display().to_string()
-        ),
-        "train.steps=400".into(),
-        "train.eval_every=400".into(),
-        "train.checkpoint_every=400".into(),
-        "metrics.every=400".into(),
-        "data.synthetic.sequences=16384".into(),
-    ];
-    let exp = config::load(&path, &o).unwrap_or_else(|e| panic!("{e}"));
+    let (exp, run) = train_shortened(
+        dir.path(),
+        "experiments/induction.toml",
+        400,
+        &["data.synthetic.sequences=16384"],
+    );
     assert_eq!((exp.metrics.heads.n, exp.model.n_layers), (15, 2));
-    let opts = TrainOptions {
-        quiet: true,
-        ..TrainOptions::default()
-    };
-    train::train(&exp, &opts, &mut |_| {}).unwrap();
-    let run = exp.run_dir();
-    let best = |score: &str, layer: usize, step: u64| {
-        (0..4)
-            .map(|h| {
-                series(&run, &format!("heads/{score}/layer{layer:02}_head{h:02}"))
-                    .into_iter()
-                    .find(|p| p.0 == step)
-                    .unwrap()
-                    .1
-            })
-            .fold(f64::MIN, f64::max)
-    };
+    let best = |score: &str, layer: usize, step: u64| best_head(&run, score, layer, 4, step);
     let (i0, i1) = (best("induction", 1, 0), best("induction", 1, 400));
     assert!((0.0..0.15).contains(&i0), "induction score at init {i0}");
     assert!(
@@ -441,40 +458,9 @@ fn the_induction_experiment_grows_induction_heads_in_its_live_scores() {
 #[test]
 fn the_rope_induction_experiment_grows_a_previous_token_head_and_induction_heads() {
     let dir = tempfile::tempdir().unwrap();
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments/induction_rope.toml");
-    let o: Vec<String> = vec![
-        format!(
-            "run.out_dir={:?}",
-            dir.path().join("runs").display().to_string()
-        ),
-        format!(
-            "data.cache_dir={:?}",
-            dir.path().join("cache").display().to_string()
-        ),
-        "train.steps=1000".into(),
-        "train.eval_every=1000".into(),
-        "train.checkpoint_every=1000".into(),
-        "metrics.every=1000".into(),
-    ];
-    let exp = config::load(&path, &o).unwrap_or_else(|e| panic!("{e}"));
+    let (exp, run) = train_shortened(dir.path(), "experiments/induction_rope.toml", 1000, &[]);
     assert_eq!((exp.model.ctx, exp.model.n_layers), (64, 2));
-    let opts = TrainOptions {
-        quiet: true,
-        ..TrainOptions::default()
-    };
-    train::train(&exp, &opts, &mut |_| {}).unwrap();
-    let run = exp.run_dir();
-    let best = |score: &str, layer: usize, step: u64| {
-        (0..4)
-            .map(|h| {
-                series(&run, &format!("heads/{score}/layer{layer:02}_head{h:02}"))
-                    .into_iter()
-                    .find(|p| p.0 == step)
-                    .unwrap()
-                    .1
-            })
-            .fold(f64::MIN, f64::max)
-    };
+    let best = |score: &str, layer: usize, step: u64| best_head(&run, score, layer, 4, step);
     let (p0, p1) = (best("previous", 0, 0), best("previous", 0, 1000));
     let (i0, i1) = (best("induction", 1, 0), best("induction", 1, 1000));
     assert!(
