@@ -182,8 +182,10 @@ pub enum AttentionKernel {
     /// Hand-written: scores, `-inf` mask, normaliser, weighted sum.
     #[default]
     Manual,
-    /// Burn's functional `attention` (causal flag; backends may fuse it). Same maths; only for
-    /// plain causal softmax attention without slots, position biases or row scale.
+    /// The fused attention kernel (`crate::kernels::attention`: Burn's functional `attention`
+    /// with the causal flag; backends may fuse it). Same maths. It covers plain causal softmax
+    /// attention without slots, position biases or row scale; on any other model the explicit
+    /// path runs and `check` / `train` say why.
     Fused,
 }
 
