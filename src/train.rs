@@ -356,7 +356,7 @@ impl<'a> Trainer<'a> {
             exp.train.precision.name()
         ));
         log(&memory.line());
-        if let Some(k) = crate::kernels::summary(&exp.model) {
+        if let Some(k) = crate::kernels::summary(&exp.model, exp.run.device, exp.train.precision) {
             log(&k);
         }
         let sampler = Sampler::new(&data, &exp.data, exp.model.ctx, exp.run.seed)?;

@@ -67,7 +67,9 @@ pub fn run(a: Args) -> Result<()> {
             if let Some(m) = memory {
                 println!("  {}", m.line());
             }
-            if let Some(k) = crate::kernels::summary(&exp.model) {
+            if let Some(k) =
+                crate::kernels::summary(&exp.model, exp.run.device, exp.train.precision)
+            {
                 println!("  {k}");
             }
         } else {

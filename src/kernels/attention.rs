@@ -1,43 +1,43 @@
-//! The fused attention kernel: `softmax(q kᵀ / √d_h + causal mask) v` for (B, H, S, d_h) q, k,
-//! v without handing the (B, H, S, S) weights back, so a backend may tile it. Today it is
-//! Burn's functional `attention` with the causal flag (the same maths as the explicit path;
-//! Burn's default implementation decomposes it on the CPU backend).
+//! The fused attention kernel: `normalise(q kᵀ / √d_h + bias, mask) v` for (B, H, Q, d_h)
+//! queries against (B, H, C, d_h) keys and values without the (B, H, Q, C) weights ever
+//! existing — tiles with an online softmax, forward and backward ([`super::cpu::attention`]).
 //!
-//! What it covers: plain causal softmax attention — no slot (sink logit, KV/K/V bias, memory
-//! columns), no logit bias (ALiBi, T5 buckets, U-SPA / E-SPA), no other mask, no row scale,
-//! no shaping. Grouped-query heads, gating, sink tokens, RoPE and the value bias added after
-//! the weighted sum are outside the kernel and allowed.
+//! What it covers, beyond plain causal softmax attention:
+//! - softmax_n (`exp(s) / (n + Σ exp(s))`: an extra logit ln n with value 0) and the learned
+//!   sink logit (the extra logit is z_h, trained through the kernel's own ∂z);
+//! - key/value slots (KV bias, K bias, memory K/V): extra key columns in front, never masked,
+//!   no position bias; the V bias, the output gate, sink tokens, grouped-query heads and RoPE
+//!   are outside the kernel;
+//! - every mask (causal, sliding window, sinks + window, prefix), passed as at most two runs
+//!   of visible key columns per query row;
+//! - ALiBi (a fixed logit bias) and a row scale α (applied to the output, `α A V = α (A V)`).
+//!
+//! Not covered (the explicit path runs and `check` says why): the other normalisers, T5
+//! relative buckets (a learned bias), U-SPA / E-SPA and shaped attention / Value-SkipInit
+//! (they change the weights after the normaliser), cached decoding and any forward whose hooks
+//! want the pattern (the probe path).
 
 use super::Coverage;
 use crate::config::{
-    MaskConfig, ModelConfig, NormaliserConfig, PositionsConfig, ShapingConfig, SlotConfig,
-    SpaConfig,
+    ModelConfig, NormaliserConfig, PositionsConfig, Precision, ShapingConfig, SpaConfig,
 };
 use burn::tensor::Tensor;
-use burn::tensor::module::attention as burn_attention;
-use burn::tensor::ops::AttentionModuleOptions;
+use std::sync::Arc;
 
-/// Whether the kernel covers the model's attention.
+/// Whether the kernel covers the model's attention (the model's settings; where it runs is
+/// [`super::runs_on`], and the precision must be f32: [`covers_precision`]). Every mask is
+/// at most two runs of visible keys per row, so none is refused here.
 pub fn covers(m: &ModelConfig) -> Coverage {
     let a = &m.attention;
     let mut why = Vec::new();
-    if !matches!(a.normaliser, NormaliserConfig::Softmax {}) {
-        why.push("the normaliser is not softmax".to_string());
-    }
-    if a.slot != (SlotConfig::None {}) {
-        why.push("a slot is set".to_string());
-    }
-    if a.mask != (MaskConfig::Causal {}) {
-        why.push("the mask is not causal".to_string());
-    }
-    if matches!(
-        m.positions,
-        PositionsConfig::Alibi {} | PositionsConfig::Relative { .. }
+    if !matches!(
+        a.normaliser,
+        NormaliserConfig::Softmax {} | NormaliserConfig::SoftmaxN { .. }
     ) {
-        why.push("positions add a logit bias".to_string());
+        why.push("the normaliser is neither softmax nor softmax_n".to_string());
     }
-    if a.row_scale != 1.0 {
-        why.push("row_scale ≠ 1".to_string());
+    if matches!(m.positions, PositionsConfig::Relative { .. }) {
+        why.push("T5 relative positions add a learned logit bias".to_string());
     }
     if a.shaping != (ShapingConfig::None {}) {
         why.push("the attention matrix is shaped".to_string());
@@ -48,12 +48,96 @@ pub fn covers(m: &ModelConfig) -> Coverage {
     if why.is_empty() { Ok(()) } else { Err(why) }
 }
 
-/// (B, H, S, d_h) q, k, v → (B, H, S, d_h): causal softmax attention, scale 1/√d_h.
-pub fn forward(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>) -> Tensor<4> {
-    let options = AttentionModuleOptions {
-        scale: None,
-        softcap: None,
-        is_causal: true,
-    };
-    burn_attention(q, k, v, None, None, options)
+/// The attention kernel computes in f32: under mixed precision the explicit path runs (its
+/// products in the low precision, as configured).
+pub fn covers_precision(p: Precision) -> Coverage {
+    match p {
+        Precision::F32 => Ok(()),
+        other => Err(vec![format!(
+            "precision {} (the attention kernel computes in f32)",
+            other.name()
+        )]),
+    }
+}
+
+/// What a forward passes to the kernel for its query rows: the visible key columns of each
+/// row and the fixed logit bias, built once per forward ([`crate::model`]'s context).
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// Per query row, up to two half-open runs of visible key columns, in order.
+    pub runs: Arc<Vec<[[u32; 2]; 2]>>,
+    /// ALiBi's bias (H, Q, C), row-major; None without.
+    pub bias: Option<Arc<Vec<f32>>>,
+}
+
+impl Plan {
+    /// The plan for `nq` query rows from the visibility of each (row, column) of the explicit
+    /// path's C columns and its bias (H, Q, C), or None when some row's visible keys are more
+    /// than two runs. The first `logit_cols` columns (the sink logit's) are the kernel's extra
+    /// logit, not keys: they are dropped, and the kernel's key columns are the remaining C −
+    /// `logit_cols`.
+    pub fn new(
+        nq: usize,
+        c: usize,
+        logit_cols: usize,
+        visible: impl Fn(usize, usize) -> bool,
+        bias: Option<Arc<Vec<f32>>>,
+    ) -> Option<Self> {
+        let visible = |i: usize, j: usize| visible(i, j + logit_cols);
+        let bias = match bias {
+            Some(b) if logit_cols > 0 => Some(Arc::new(
+                b.chunks_exact(c)
+                    .flat_map(|row| row[logit_cols..].iter().copied())
+                    .collect(),
+            )),
+            other => other,
+        };
+        let c = c - logit_cols;
+        let mut runs = Vec::with_capacity(nq);
+        for i in 0..nq {
+            let mut row = [[0u32; 2]; 2];
+            let mut n = 0;
+            let mut j = 0;
+            while j < c {
+                if visible(i, j) {
+                    let start = j;
+                    while j < c && visible(i, j) {
+                        j += 1;
+                    }
+                    if n == 2 {
+                        return None;
+                    }
+                    row[n] = [start as u32, j as u32];
+                    n += 1;
+                } else {
+                    j += 1;
+                }
+            }
+            runs.push(row);
+        }
+        Some(Self {
+            runs: Arc::new(runs),
+            bias,
+        })
+    }
+}
+
+/// (B, H, Q, d_h) q, (B, H, C, d_h) k and v (slot columns first), the extra logit z (H; −inf
+/// for none) → (B, H, Q, d_h). Only on devices [`super::on_device`] accepts.
+pub fn forward(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, z: Tensor<1>, plan: &Plan) -> Tensor<4> {
+    #[cfg(feature = "flex")]
+    {
+        let dh = q.dims()[3];
+        let args = super::ops::AttnArgs {
+            scale: 1.0 / (dh as f32).sqrt(),
+            runs: plan.runs.clone(),
+            bias: plan.bias.clone(),
+        };
+        super::ops::attention(q, k, v, z, args)
+    }
+    #[cfg(not(feature = "flex"))]
+    {
+        let _ = (q, k, v, z, plan);
+        unreachable!("the kernels run only on flex (kernels::on_device)")
+    }
 }

@@ -591,10 +591,51 @@ impl Attention {
         tap: &mut Option<&mut Tap<'_>>,
         frame: Frame,
     ) -> Tensor<4> {
-        if ctx.fused && !tap_wants(tap, HeadSite::Pattern) {
-            crate::kernels::attention::forward(q, k, v) // (B, H, S, d_h)
+        match &ctx.fused {
+            Some(plan)
+                if ctx.compute.is_none()
+                    && crate::kernels::on_device(&q.device())
+                    && !tap_wants(tap, HeadSite::Pattern) =>
+            {
+                self.mix_fused(q, k, v, plan)
+            }
+            _ => self.mix_explicit(q, k, v, ctx, tap, frame),
+        }
+    }
+
+    /// [`Self::mix`] by the fused kernel (`crate::kernels::attention`, which owns what it
+    /// covers): slot keys and values in front, the sink logit and softmax_n's n as one extra
+    /// logit per head, the row scale on the output.
+    fn mix_fused(
+        &self,
+        q: Tensor<4>,
+        k: Tensor<4>,
+        v: Tensor<4>,
+        plan: &crate::kernels::attention::Plan,
+    ) -> Tensor<4> {
+        let [b, h, _, dh] = q.dims();
+        let device = q.device();
+        let (k, v) = match self.slot.as_ref().and_then(|sl| sl.keys_values(b, h, dh)) {
+            Some((ks, vs)) => (Tensor::cat(vec![ks, k], 2), Tensor::cat(vec![vs, v], 2)),
+            None => (k, v),
+        }; // (B, H, M+S, d_h)
+        // The extra column: z_h (sink logit), ln n (softmax_n: n · e^0 in the denominator), or
+        // ln(n + e^z_h) with both; −inf for none.
+        let z = match (&self.slot, &self.spec.normaliser) {
+            (Some(Slot::SinkLogit(s)), NormaliserConfig::SoftmaxN { n }) if *n > 0.0 => {
+                (s.sink_logit.val().exp() + *n).log()
+            }
+            (Some(Slot::SinkLogit(s)), _) => s.sink_logit.val(),
+            (_, NormaliserConfig::SoftmaxN { n }) => {
+                Tensor::full([h], (*n as f32).ln(), &device) // ln 0 = −inf: none
+            }
+            _ => Tensor::full([h], f32::NEG_INFINITY, &device),
+        }; // (H)
+        let out = crate::kernels::attention::forward(q, k, v, z, plan); // (B, H, Q, d_h)
+        if self.spec.row_scale != 1.0 {
+            out * self.spec.row_scale
         } else {
-            self.mix_explicit(q, k, v, ctx, tap, frame)
+            out
         }
     }
 

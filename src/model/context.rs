@@ -7,7 +7,8 @@
 
 use super::layers::Compute;
 use crate::config::{
-    AttentionKernel, ModelConfig, PositionsConfig, RopePairing, ShapingConfig, rope_dims,
+    AttentionKernel, ModelConfig, PositionsConfig, RopePairing, ShapingConfig, SlotConfig,
+    rope_dims,
 };
 use burn::tensor::module::embedding;
 use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
@@ -129,7 +130,9 @@ pub struct Ctx {
     pub(crate) hidden: Tensor<4, Bool>,
     /// Additive logit bias (1, H, Q, C) (ALiBi or T5 buckets; 0 on slot columns).
     pub(crate) bias: Option<Tensor<4>>,
-    pub(crate) fused: bool,
+    /// The fused attention kernel's plan for these rows, when the model asks for the kernel
+    /// and it covers the model (a full forward; decoding keeps the explicit path).
+    pub(crate) fused: Option<crate::kernels::attention::Plan>,
     /// Sink tokens at the front of the sequence.
     pub(crate) sink_tokens: usize,
     /// First query row.
@@ -193,6 +196,7 @@ impl Ctx {
         let hidden =
             Tensor::<2, Bool>::from_data(TensorData::new(hidden, [nq, c]), device).unsqueeze::<4>(); // (1, 1, Q, C)
         let h = cfg.n_heads;
+        let mut alibi_host = None;
         let bias = match (&cfg.positions, &tables.alibi, rel_bias) {
             (_, Some(slopes), _) => {
                 let mut b = vec![0f32; h * nq * c];
@@ -204,7 +208,12 @@ impl Ctx {
                         }
                     }
                 }
-                Some(Tensor::<3>::from_data(TensorData::new(b, [h, nq, c]), device).unsqueeze())
+                let b = std::sync::Arc::new(b);
+                alibi_host = Some(b.clone());
+                Some(
+                    Tensor::<3>::from_data(TensorData::new(b.to_vec(), [h, nq, c]), device)
+                        .unsqueeze(),
+                )
             }
             (
                 PositionsConfig::Relative {
@@ -263,9 +272,20 @@ impl Ctx {
             rope_pairing: tables.rope_pairing,
             hidden,
             bias,
-            fused: a.kernel == AttentionKernel::Fused
+            fused: (a.kernel == AttentionKernel::Fused
                 && q_start == 0
-                && crate::kernels::attention::covers(cfg).is_ok(),
+                && crate::kernels::attention::covers(cfg).is_ok())
+            .then(|| {
+                let logit_cols = matches!(a.slot, SlotConfig::SinkLogit { .. }) as usize;
+                crate::kernels::attention::Plan::new(
+                    nq,
+                    c,
+                    logit_cols,
+                    |row, kj| visible(q_start + row, kj),
+                    alibi_host,
+                )
+            })
+            .flatten(),
             sink_tokens: n,
             q_start,
             keep: None,

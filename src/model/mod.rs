@@ -460,12 +460,24 @@ impl Lm {
 
 /// Masked mean next-token cross-entropy: `Σ mask·(−log p(target)) / denom`. `denom` is passed
 /// in so that gradient-accumulation micro-batches sum to the mean over the whole step.
+///
+/// On the devices the kernels run on this is the fused cross-entropy (`crate::kernels`: one
+/// pass over the logits forward, one backward); elsewhere log-softmax and a gather.
 pub fn masked_nll(
     logits: Tensor<3>,
     targets: Tensor<2, Int>,
     mask: Tensor<2>,
     denom: f64,
 ) -> Tensor<1> {
+    #[cfg(feature = "flex")]
+    if crate::kernels::on_device(&logits.device()) {
+        let [b, t, v] = logits.dims();
+        return crate::kernels::ops::cross_entropy(
+            logits.reshape([b * t, v]),
+            targets.reshape([b * t]),
+            (mask / denom).reshape([b * t]),
+        );
+    }
     let logp = burn::tensor::activation::log_softmax(logits, 2); // (B, T, V)
     let picked = logp
         .gather(2, targets.unsqueeze_dim::<3>(2))

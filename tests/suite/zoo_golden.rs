@@ -5,6 +5,7 @@
 
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use serde_json::Value;
+use sinklab::config::AttentionKernel;
 use sinklab::model::{Lm, masked_nll};
 use sinklab::optim::GradAccumulator;
 use std::collections::BTreeSet;
@@ -34,48 +35,52 @@ fn every_variant_matches_the_numpy_reference() {
         let mask = float_rows(&case["mask"]);
         let denom: f64 = mask.iter().map(|&x| x as f64).sum();
 
-        // Forward, loss and gradients on the autodiff device.
-        let (m, _) = model(case, &ad);
-        let x = Tensor::<2, Int>::from_data(TensorData::new(tok.clone(), tshape), &ad);
-        let y = Tensor::<2, Int>::from_data(TensorData::new(tgt, tshape), &ad);
-        let mk = Tensor::<2>::from_data(TensorData::new(mask, tshape), &ad);
-        let logits = m.forward(x);
-        let got = logits.clone().into_data().try_to_vec::<f32>().unwrap();
-        check(
-            &got,
-            &floats(&case["logits"]),
-            1e-4,
-            1e-4,
-            &format!("{name}: logits"),
-        );
-        let loss = masked_nll(logits, y, mk, denom);
-        let l = loss.clone().into_scalar::<f32>() as f64;
-        let want = case["loss"].as_f64().unwrap();
-        assert!(
-            (l - want).abs() <= 1e-5 * want.abs() + 1e-6,
-            "{name}: loss {l} vs {want}"
-        );
-        let mut acc = GradAccumulator::default();
-        acc.add(&m, &loss.backward());
-        let trainable: BTreeSet<String> = case["trainable"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x.as_str().unwrap().to_string())
-            .collect();
-        let ours: BTreeSet<String> = acc.grads.keys().cloned().collect();
-        assert_eq!(ours, trainable, "{name}: parameters with gradients");
-        for (k, gt) in &acc.grads {
-            let want = floats(&case["grads"][k]);
-            let scale = want.iter().fold(0f64, |m, x| m.max(x.abs()));
-            let got = gt.to_data().try_to_vec::<f32>().unwrap();
+        // Forward, loss and gradients on the autodiff device, by the explicit path and by the
+        // fused attention kernel (where it covers the variant; the explicit path otherwise).
+        for kernel in [AttentionKernel::Manual, AttentionKernel::Fused] {
+            let name = &format!("{name} ({kernel:?})");
+            let (m, _) = common::zoo::model_kernel(case, kernel, &ad);
+            let x = Tensor::<2, Int>::from_data(TensorData::new(tok.clone(), tshape), &ad);
+            let y = Tensor::<2, Int>::from_data(TensorData::new(tgt.clone(), tshape), &ad);
+            let mk = Tensor::<2>::from_data(TensorData::new(mask.clone(), tshape), &ad);
+            let logits = m.forward(x);
+            let got = logits.clone().into_data().try_to_vec::<f32>().unwrap();
             check(
                 &got,
-                &want,
-                2e-3,
-                1e-3 * scale + 1e-6,
-                &format!("{name}: d loss / d {k}"),
+                &floats(&case["logits"]),
+                1e-4,
+                1e-4,
+                &format!("{name}: logits"),
             );
+            let loss = masked_nll(logits, y, mk, denom);
+            let l = loss.clone().into_scalar::<f32>() as f64;
+            let want = case["loss"].as_f64().unwrap();
+            assert!(
+                (l - want).abs() <= 1e-5 * want.abs() + 1e-6,
+                "{name}: loss {l} vs {want}"
+            );
+            let mut acc = GradAccumulator::default();
+            acc.add(&m, &loss.backward());
+            let trainable: BTreeSet<String> = case["trainable"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_str().unwrap().to_string())
+                .collect();
+            let ours: BTreeSet<String> = acc.grads.keys().cloned().collect();
+            assert_eq!(ours, trainable, "{name}: parameters with gradients");
+            for (k, gt) in &acc.grads {
+                let want = floats(&case["grads"][k]);
+                let scale = want.iter().fold(0f64, |m, x| m.max(x.abs()));
+                let got = gt.to_data().try_to_vec::<f32>().unwrap();
+                check(
+                    &got,
+                    &want,
+                    2e-3,
+                    1e-3 * scale + 1e-6,
+                    &format!("{name}: d loss / d {k}"),
+                );
+            }
         }
 
         // The probe path's attention weights of one layer, slot columns included.

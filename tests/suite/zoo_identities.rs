@@ -436,17 +436,27 @@ fn finite_differences_agree_with_autodiff_for_every_custom_normaliser() {
         assert!(entries.len() >= 12, "{name}");
         // f32 forward: a step of 1e-3 keeps rounding error near 1e-4; the ReLU of the MLP
         // kernel and the |·| and max(·, 1) of max_abs_sum are kinks, and a step that crosses one
-        // is off by a few percent (2e-3 did, for one entry of linear_mlp).
-        let h = 1e-3;
-        for (k, i, g) in entries.into_iter().take(12) {
+        // is off by a few percent (2e-3 did, for one entry of linear_mlp; 1e-3 did for another
+        // once the loss was the fused cross-entropy: one-sided slopes 0.1445 and 0.1550 around
+        // an autodiff 0.1451). Such an entry is measured again with a quarter step, whose
+        // rounding error is four times larger (≈ 1e-3).
+        let fd_at = |k: &str, i: usize, h: f64| {
             let mut wp = w0.clone();
-            wp.get_mut(&k).unwrap().data[i] += h as f32;
+            wp.get_mut(k).unwrap().data[i] += h as f32;
             let mut wm = w0.clone();
-            wm.get_mut(&k).unwrap().data[i] -= h as f32;
-            let fd = (loss_of(&wp) - loss_of(&wm)) / (2.0 * h);
+            wm.get_mut(k).unwrap().data[i] -= h as f32;
+            (loss_of(&wp) - loss_of(&wm)) / (2.0 * h)
+        };
+        for (k, i, g) in entries.into_iter().take(12) {
+            let fd = fd_at(&k, i, 1e-3);
+            if (fd - g).abs() <= 0.03 * g.abs() + 2e-4 {
+                continue;
+            }
+            let fd4 = fd_at(&k, i, 2.5e-4);
             assert!(
-                (fd - g).abs() <= 0.03 * g.abs() + 2e-4,
-                "{name}: d loss / d {k}[{i}]: autodiff {g}, finite differences {fd}"
+                (fd4 - g).abs() <= 0.03 * g.abs() + 1e-3,
+                "{name}: d loss / d {k}[{i}]: autodiff {g}, finite differences {fd} (step \
+                 1e-3), {fd4} (step 2.5e-4)"
             );
         }
     }
@@ -591,6 +601,23 @@ fn layer_by_layer_probes_and_chunked_losses_equal_the_whole_pass() {
     assert!(checked >= 10, "only {checked} variants");
 }
 
+/// Elements of the parameters that require a gradient.
+fn trained_elements(m: &Lm) -> usize {
+    use burn::module::{Module, ModuleVisitor, Param};
+    struct V(usize);
+    impl ModuleVisitor for V {
+        fn visit_float<const D: usize>(&mut self, p: &Param<Tensor<D>>) {
+            let t = p.val();
+            if t.is_require_grad() {
+                self.0 += t.shape().num_elements();
+            }
+        }
+    }
+    let mut v = V(0);
+    m.visit(&mut v);
+    v.0
+}
+
 /// `kernel = "fused"` on every zoo variant: where the fused attention kernel covers the model
 /// (sinklab::kernels::attention::covers) its logits and the gradients of every parameter equal
 /// the explicit path's; where it does not, the explicit path runs (bit-identical) and the
@@ -602,7 +629,12 @@ fn the_fused_kernel_agrees_with_the_explicit_path_or_falls_back_and_says_so() {
     for (name, model, attention) in variants() {
         let manual = exp(model, attention);
         let fused = exp(model, &format!("{attention}\nkernel = \"fused\""));
-        let summary = sinklab::kernels::summary(&fused.model).unwrap();
+        let summary = sinklab::kernels::summary(
+            &fused.model,
+            sinklab::config::DeviceKind::Flex,
+            sinklab::config::Precision::F32,
+        )
+        .unwrap();
         let (a, b) = (build(&manual, &dev), build(&fused, &dev));
         let (la, lb) = (logits(&a, &dev), logits(&b, &dev));
         match sinklab::kernels::attention::covers(&fused.model) {
@@ -623,7 +655,15 @@ fn the_fused_kernel_agrees_with_the_explicit_path_or_falls_back_and_says_so() {
                     acc.grads
                 };
                 let (ga, gb) = (grads(&a), grads(&b));
-                assert_eq!(ga.len(), params(&a).len(), "{name}: every parameter");
+                // every trained parameter (constants such as a K bias's fixed v* have none)
+                let trained = trained_elements(&a);
+                assert_eq!(
+                    ga.values()
+                        .map(|g| g.to_data().num_elements())
+                        .sum::<usize>(),
+                    trained,
+                    "{name}: every trained parameter"
+                );
                 assert_eq!(
                     ga.keys().collect::<Vec<_>>(),
                     gb.keys().collect::<Vec<_>>(),
@@ -653,8 +693,19 @@ fn the_fused_kernel_agrees_with_the_explicit_path_or_falls_back_and_says_so() {
     }
     for want in [
         "softmax",
+        "softmax_n",
+        "sink_logit",
+        "kv_bias",
+        "k_bias",
+        "v_bias",
+        "memory_kv",
+        "row_scale",
         "gate_headwise",
         "sink_tokens",
+        "prefix",
+        "window",
+        "sinks_window",
+        "alibi",
         "rope_half",
         "learned",
     ] {
@@ -663,7 +714,7 @@ fn the_fused_kernel_agrees_with_the_explicit_path_or_falls_back_and_says_so() {
             "the kernel covers {want}: {covered:?}"
         );
     }
-    for not in ["alibi", "sink_logit", "softmax_n", "window", "row_scale"] {
+    for not in ["sigmoid", "elu1_normalised", "linear_mlp", "relative"] {
         assert!(!covered.contains(&not), "the kernel does not cover {not}");
     }
 }

@@ -50,3 +50,18 @@ pub fn model_with(
 pub fn model(case: &Value, dev: &Device) -> (Lm, Experiment) {
     model_with(case, &weights(case), dev)
 }
+
+/// [`model`] with `model.attention.kernel` set (the fused kernel where it covers the model).
+pub fn model_kernel(
+    case: &Value,
+    kernel: sinklab::config::AttentionKernel,
+    dev: &Device,
+) -> (Lm, Experiment) {
+    let name = case["name"].as_str().unwrap();
+    let mut exp = experiment(case);
+    exp.model.attention.kernel = kernel;
+    let vocab = case["vocab"].as_u64().unwrap() as usize;
+    let m = optim::import_params(Lm::new(&exp.model, vocab, 0, dev), &weights(case))
+        .unwrap_or_else(|e| panic!("{name}: the reference's parameter set differs: {e}"));
+    (m, exp)
+}

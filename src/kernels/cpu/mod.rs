@@ -1,0 +1,7 @@
+//! The CPU half of the kernels: host code on f32 slices, called by the `Flex` implementation
+//! of [`super::ops::KernelPrimitives`]. Each file is one operation, its forward and backward,
+//! with a test against a direct f64 computation of its definition.
+
+pub mod attention;
+pub mod gemm;
+pub mod xent;
