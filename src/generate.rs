@@ -216,9 +216,8 @@ pub fn recompute_nll(
             .flat_map(|&i| tokens[i + 1 - window..=i].iter().map(|&x| x as i64))
             .collect();
         let x = Tensor::<2, Int>::from_data(TensorData::new(ids, [chunk.len(), window]), device);
-        let logits = model.forward(x); // (b, window, V)
-        let v = logits.dims()[2];
-        let last = logits.narrow(1, window - 1, 1).reshape([chunk.len(), 1, v]);
+        let last = model.forward_last(x); // (b, 1, V)
+        let v = last.dims()[2];
         let flat: Vec<f32> = last
             .into_data()
             .convert::<f32>()

@@ -539,6 +539,46 @@ impl Optimizer {
                 let shape = tensor.dims();
                 let n = g.dims()[0];
                 let p = tensor.inner().reshape([n]);
+                // m̂/(sqrt(v̂)+ε) = m·c₁ / (sqrt(v)·c₂ + ε) with c₁ = 1/(1−β₁ᵗ), c₂ = 1/sqrt(1−β₂ᵗ):
+                // the bias corrections fold into scalars (as in PyTorch's implementation).
+                let c1 = 1.0 / (1.0 - b1.powi(t));
+                let c2 = 1.0 / (1.0 - b2.powi(t)).sqrt();
+                let wd = if decays(c.decay, &name, D) {
+                    c.weight_decay
+                } else {
+                    0.0
+                };
+                #[cfg(feature = "flex")]
+                if crate::kernels::on_device(&p.device()) {
+                    // one pass, the same f32 operations as below (crate::kernels::cpu::adamw)
+                    let zeros = || Tensor::<1>::zeros([n], &p.device());
+                    let m = self.opt.m.remove(&name).unwrap_or_else(zeros);
+                    let v = self.opt.v.remove(&name).unwrap_or_else(zeros);
+                    let args = crate::kernels::cpu::adamw::AdamArgs {
+                        scale: self.scale as f32,
+                        b1: b1 as f32,
+                        one_minus_b1: (1.0 - b1) as f32,
+                        b2: b2 as f32,
+                        one_minus_b2: (1.0 - b2) as f32,
+                        decay: (1.0 - self.lr * wd) as f32,
+                        c2: c2 as f32,
+                        eps: c.eps as f32,
+                        step: (self.lr * c1) as f32,
+                    };
+                    // the state and the gradient may come from an autodiff device (resumed
+                    // runs, accumulated gradients); the update is outside autodiff
+                    let (p, m, v) = crate::kernels::ops::adamw(
+                        p,
+                        g.clone().inner(),
+                        m.inner(),
+                        v.inner(),
+                        args,
+                    );
+                    self.opt.m.insert(name.clone(), m);
+                    self.opt.v.insert(name, v);
+                    let new = Tensor::<D>::from_inner(p.reshape(shape)).require_grad();
+                    return Param::from_mapped_value(id, new, mapper);
+                }
                 let g = if self.scale != 1.0 {
                     g.clone() * self.scale
                 } else {
@@ -551,15 +591,6 @@ impl Optimizer {
                 let v = match self.opt.v.remove(&name) {
                     Some(v) => v * b2 + g.square() * (1.0 - b2),
                     None => g.square() * (1.0 - b2),
-                };
-                // m̂/(sqrt(v̂)+ε) = m·c₁ / (sqrt(v)·c₂ + ε) with c₁ = 1/(1−β₁ᵗ), c₂ = 1/sqrt(1−β₂ᵗ):
-                // the bias corrections fold into scalars (as in PyTorch's implementation).
-                let c1 = 1.0 / (1.0 - b1.powi(t));
-                let c2 = 1.0 / (1.0 - b2.powi(t)).sqrt();
-                let wd = if decays(c.decay, &name, D) {
-                    c.weight_decay
-                } else {
-                    0.0
                 };
                 let mut p = p;
                 if wd != 0.0 {

@@ -180,12 +180,13 @@ impl Default for SpaConfig {
 #[serde(rename_all = "snake_case")]
 pub enum AttentionKernel {
     /// Hand-written: scores, `-inf` mask, normaliser, weighted sum.
-    #[default]
     Manual,
-    /// The fused attention kernel (`crate::kernels::attention`: Burn's functional `attention`
-    /// with the causal flag; backends may fuse it). Same maths. It covers plain causal softmax
-    /// attention without slots, position biases or row scale; on any other model the explicit
-    /// path runs and `check` / `train` say why.
+    /// The fused attention kernel (`crate::kernels::attention`: tiles with an online softmax,
+    /// forward and backward, without the T × T weights; same maths, different rounding). It
+    /// covers softmax and softmax_n with every slot, mask, ALiBi and row scale; on any other
+    /// model, a backend without the kernel or mixed precision the explicit path runs and
+    /// `check` / `train` say why.
+    #[default]
     Fused,
 }
 

@@ -26,10 +26,24 @@ use crate::config::{DeviceKind, ModelConfig, Precision};
 /// Whether a kernel covers a model: `Ok` or the reasons it does not, each naming the setting.
 pub type Coverage = Result<(), Vec<String>>;
 
+/// The environment variable that turns the kernels off for a whole process
+/// (`SINKLAB_KERNELS=0`): every operation then runs Burn's element-wise ops as before the
+/// kernels existed, bit for bit — for A/B timings and for reproducing a result computed that
+/// way. Any other value, or none, leaves them on.
+pub const SWITCH: &str = "SINKLAB_KERNELS";
+
+/// Whether [`SWITCH`] leaves the kernels on (read once per process).
+pub fn enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var(SWITCH).map_or(true, |v| v.trim() != "0"))
+}
+
 /// Whether the kernels run on a device: the CPU backend (`Flex`) has them; other backends keep
 /// the explicit path.
 pub fn runs_on(device: DeviceKind) -> Coverage {
-    if device == DeviceKind::Flex && cfg!(feature = "flex") {
+    if !enabled() {
+        Err(vec![format!("{SWITCH}=0 turns them off")])
+    } else if device == DeviceKind::Flex && cfg!(feature = "flex") {
         Ok(())
     } else {
         Err(vec![format!(
@@ -40,10 +54,10 @@ pub fn runs_on(device: DeviceKind) -> Coverage {
 }
 
 /// Whether a live tensor's device is one the kernels run on (the CPU backend, with or without
-/// autodiff).
+/// autodiff) and [`SWITCH`] leaves them on.
 pub fn on_device(device: &burn::tensor::Device) -> bool {
     #[cfg(feature = "flex")]
-    return device.clone().inner() == burn::tensor::Device::flex();
+    return enabled() && device.clone().inner() == burn::tensor::Device::flex();
     #[cfg(not(feature = "flex"))]
     return {
         let _ = device;
@@ -57,8 +71,13 @@ pub fn summary(m: &ModelConfig, device: DeviceKind, precision: Precision) -> Opt
     use crate::config::AttentionKernel;
     let place = runs_on(device);
     let xent = match &place {
-        Ok(()) => "cross-entropy: the fused kernel".to_string(),
-        Err(why) => format!("cross-entropy: explicit ({})", why.join(", ")),
+        Ok(()) => {
+            "linear layers, norms, gated FFNs, cross-entropy and AdamW: the CPU kernels".to_string()
+        }
+        Err(why) => format!(
+            "linear layers, norms, gated FFNs, cross-entropy and AdamW: Burn's ops ({})",
+            why.join(", ")
+        ),
     };
     let attn = match m.attention.kernel {
         AttentionKernel::Manual => return place.is_ok().then_some(xent),
@@ -77,4 +96,57 @@ pub fn summary(m: &ModelConfig, device: DeviceKind, precision: Precision) -> Opt
         },
     };
     Some(format!("kernels: {attn}; {xent}"))
+}
+
+/// `x W` over the last dimension of x (…, in) by the linear kernel ([`cpu::linear`]), W
+/// (in, out); `transposed`: W is given as Wᵀ (out, in) (a tied head's embedding). Only where
+/// [`on_device`] holds.
+pub fn linear<const D: usize>(
+    x: burn::tensor::Tensor<D>,
+    w: burn::tensor::Tensor<2>,
+    transposed: bool,
+) -> burn::tensor::Tensor<D> {
+    let dims = x.dims();
+    let mut out = dims;
+    out[D - 1] = w.dims()[if transposed { 0 } else { 1 }];
+    let n = dims[..D - 1].iter().product();
+    #[cfg(feature = "flex")]
+    {
+        let lay = if transposed {
+            ops::WeightLayout::OutIn
+        } else {
+            ops::WeightLayout::InOut
+        };
+        ops::linear(x.reshape([n, dims[D - 1]]), w, lay).reshape(out)
+    }
+    #[cfg(not(feature = "flex"))]
+    unreachable!("the kernels run only on flex ({n}, {out:?})")
+}
+
+/// `act(a) ⊙ b` element-wise (a gated feed-forward product) by [`cpu::glu`]; only where
+/// [`on_device`] holds.
+#[cfg(feature = "flex")]
+pub fn glu<const D: usize>(
+    a: burn::tensor::Tensor<D>,
+    b: burn::tensor::Tensor<D>,
+    act: ops::Act,
+) -> burn::tensor::Tensor<D> {
+    let dims = a.dims();
+    let n = dims[..D - 1].iter().product();
+    let f = dims[D - 1];
+    ops::glu(a.reshape([n, f]), b.reshape([n, f]), act).reshape(dims)
+}
+
+/// RMSNorm / LayerNorm over the last dimension by [`cpu::norm`] (`b` unused by RMSNorm); only
+/// where [`on_device`] holds.
+#[cfg(feature = "flex")]
+pub fn norm<const D: usize>(
+    x: burn::tensor::Tensor<D>,
+    g: burn::tensor::Tensor<1>,
+    b: burn::tensor::Tensor<1>,
+    args: ops::NormArgs,
+) -> burn::tensor::Tensor<D> {
+    let dims = x.dims();
+    let n = dims[..D - 1].iter().product();
+    ops::norm(x.reshape([n, dims[D - 1]]), g, b, args).reshape(dims)
 }

@@ -35,6 +35,18 @@ pub struct AttnArgs {
     pub bias: Option<Arc<Vec<f32>>>,
 }
 
+/// The activation of a gated feed-forward product ([`cpu::glu`]).
+pub use cpu::glu::Act;
+/// How a linear kernel's weight is stored ([`cpu::linear`]).
+pub use cpu::linear::WeightLayout;
+
+/// A normalisation's kind and ε ([`cpu::norm`]).
+#[derive(Debug, Clone, Copy)]
+pub struct NormArgs {
+    pub kind: cpu::norm::Kind,
+    pub eps: f32,
+}
+
 /// The per-backend half of every kernel (host tensors in, host tensors out).
 pub trait KernelPrimitives: Backend {
     /// Attention forward: (out (B, H, Q, D), lse (B, H, Q)).
@@ -57,6 +69,44 @@ pub trait KernelPrimitives: Backend {
         grad: FloatTensor<Self>,
         args: &AttnArgs,
     ) -> [FloatTensor<Self>; 4];
+    /// x (N, in) · W (W stored as `lay` says).
+    fn linear_forward(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        lay: WeightLayout,
+    ) -> FloatTensor<Self>;
+    /// (∂x, ∂W) for ∂y; ∂x needs W and ∂W needs x: each only when its input is given.
+    fn linear_backward(
+        x: Option<FloatTensor<Self>>,
+        w: Option<FloatTensor<Self>>,
+        grad: FloatTensor<Self>,
+        lay: WeightLayout,
+        d_in: usize,
+    ) -> (Option<FloatTensor<Self>>, Option<FloatTensor<Self>>);
+    /// act(a) ⊙ b.
+    fn glu_forward(a: FloatTensor<Self>, b: FloatTensor<Self>, act: Act) -> FloatTensor<Self>;
+    /// (∂a, ∂b).
+    fn glu_backward(
+        a: FloatTensor<Self>,
+        b: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        act: Act,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>);
+    /// Norm forward: (y (N, d), r (N)).
+    fn norm_forward(
+        x: FloatTensor<Self>,
+        g: FloatTensor<Self>,
+        b: FloatTensor<Self>,
+        args: NormArgs,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>);
+    /// (∂x, ∂g, ∂b) (∂b zeros for RMSNorm).
+    fn norm_backward(
+        x: FloatTensor<Self>,
+        g: FloatTensor<Self>,
+        r: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        args: NormArgs,
+    ) -> [FloatTensor<Self>; 3];
     /// Cross-entropy forward: (loss (1), lse (N)).
     fn xent_forward(
         logits: FloatTensor<Self>,
@@ -85,6 +135,21 @@ pub trait KernelOps: Backend {
         z: FloatTensor<Self>,
         args: AttnArgs,
     ) -> FloatTensor<Self>;
+    /// x (N, in), W (in, out) or Wᵀ (out, in) as `lay` says → x W (N, out).
+    fn fused_linear(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        lay: WeightLayout,
+    ) -> FloatTensor<Self>;
+    /// a, b (N, F) → act(a) ⊙ b.
+    fn fused_glu(a: FloatTensor<Self>, b: FloatTensor<Self>, act: Act) -> FloatTensor<Self>;
+    /// x (N, d), gain g (d), bias b (d; unused by RMSNorm) → the normalised rows.
+    fn fused_norm(
+        x: FloatTensor<Self>,
+        g: FloatTensor<Self>,
+        b: FloatTensor<Self>,
+        args: NormArgs,
+    ) -> FloatTensor<Self>;
     /// logits (N, V), targets (N), weights (N) → `Σ_i w_i (−log softmax(x_i)[t_i])` (1).
     fn fused_xent(
         logits: FloatTensor<Self>,
@@ -102,6 +167,15 @@ impl KernelOps for Flex {
         args: AttnArgs,
     ) -> FlexTensor {
         Self::attention_forward(q, k, v, z, &args).0
+    }
+    fn fused_linear(x: FlexTensor, w: FlexTensor, lay: WeightLayout) -> FlexTensor {
+        Self::linear_forward(x, w, lay)
+    }
+    fn fused_glu(a: FlexTensor, b: FlexTensor, act: Act) -> FlexTensor {
+        Self::glu_forward(a, b, act)
+    }
+    fn fused_norm(x: FlexTensor, g: FlexTensor, b: FlexTensor, args: NormArgs) -> FlexTensor {
+        Self::norm_forward(x, g, b, args).0
     }
     fn fused_xent(logits: FlexTensor, targets: FlexTensor, weights: FlexTensor) -> FlexTensor {
         Self::xent_forward(logits, targets, weights).0
@@ -147,6 +221,109 @@ impl<B: KernelPrimitives, C: CheckpointStrategy> KernelOps for Autodiff<B, C> {
         {
             OpsKind::Tracked(prep) => prep.finish(([q, k, v, z, out.clone(), lse], args), out),
             OpsKind::UnTracked(prep) => prep.finish(out),
+        }
+    }
+
+    fn fused_linear(
+        x: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        lay: WeightLayout,
+    ) -> FloatTensor<Self> {
+        #[derive(Debug)]
+        struct LinearBackward;
+        type Saved<B> = (
+            Option<FloatTensor<B>>,
+            Option<FloatTensor<B>>,
+            WeightLayout,
+            usize,
+        );
+        impl<B: KernelPrimitives> Backward<B, 2> for LinearBackward {
+            type State = Saved<B>;
+            fn backward(self, ops: Ops<Saved<B>, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
+                let grad = grads.consume::<B>(&ops.node);
+                let [nx, nw] = ops.parents;
+                // ∂x needs W, ∂W needs x: the state holds what the tracked parents need
+                let (x, w, lay, d_in) = ops.state;
+                let (dx, dw) = B::linear_backward(x, w, grad, lay, d_in);
+                for (node, g) in [(nx, dx), (nw, dw)] {
+                    if let (Some(node), Some(g)) = (node, g) {
+                        grads.register::<B>(node.id, g);
+                    }
+                }
+            }
+        }
+        let (x_tracked, w_tracked) = (x.is_tracked(), w.is_tracked());
+        let d_in = x.shape()[1];
+        let nodes = [x.node(), w.node()];
+        let (x, w) = (x.into_primitive(), w.into_primitive());
+        let y = B::linear_forward(x.clone(), w.clone(), lay);
+        match LinearBackward
+            .prepare::<C>(nodes)
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => prep.finish(
+                (w_tracked.then_some(x), x_tracked.then_some(w), lay, d_in),
+                y,
+            ),
+            OpsKind::UnTracked(prep) => prep.finish(y),
+        }
+    }
+
+    fn fused_glu(a: FloatTensor<Self>, b: FloatTensor<Self>, act: Act) -> FloatTensor<Self> {
+        #[derive(Debug)]
+        struct GluBackward;
+        type Saved<B> = (FloatTensor<B>, FloatTensor<B>, Act);
+        impl<B: KernelPrimitives> Backward<B, 2> for GluBackward {
+            type State = Saved<B>;
+            fn backward(self, ops: Ops<Saved<B>, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
+                let grad = grads.consume::<B>(&ops.node);
+                let (a, b, act) = ops.state;
+                let (da, db) = B::glu_backward(a, b, grad, act);
+                for (node, g) in ops.parents.into_iter().zip([da, db]) {
+                    if let Some(node) = node {
+                        grads.register::<B>(node.id, g);
+                    }
+                }
+            }
+        }
+        let nodes = [a.node(), b.node()];
+        let (a, b) = (a.into_primitive(), b.into_primitive());
+        let h = B::glu_forward(a.clone(), b.clone(), act);
+        match GluBackward.prepare::<C>(nodes).compute_bound().stateful() {
+            OpsKind::Tracked(prep) => prep.finish((a, b, act), h),
+            OpsKind::UnTracked(prep) => prep.finish(h),
+        }
+    }
+
+    fn fused_norm(
+        x: FloatTensor<Self>,
+        g: FloatTensor<Self>,
+        b: FloatTensor<Self>,
+        args: NormArgs,
+    ) -> FloatTensor<Self> {
+        #[derive(Debug)]
+        struct NormBackward;
+        type Saved<B> = ([FloatTensor<B>; 3], NormArgs);
+        impl<B: KernelPrimitives> Backward<B, 3> for NormBackward {
+            type State = Saved<B>;
+            fn backward(self, ops: Ops<Saved<B>, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
+                let grad = grads.consume::<B>(&ops.node);
+                let ([x, g, r], args) = ops.state;
+                let d = B::norm_backward(x, g, r, grad, args);
+                for (node, g) in ops.parents.into_iter().zip(d) {
+                    if let Some(node) = node {
+                        grads.register::<B>(node.id, g);
+                    }
+                }
+            }
+        }
+        let nodes = [x.node(), g.node(), b.node()];
+        let (x, g, b) = (x.into_primitive(), g.into_primitive(), b.into_primitive());
+        let (y, r) = B::norm_forward(x.clone(), g.clone(), b, args);
+        match NormBackward.prepare::<C>(nodes).compute_bound().stateful() {
+            OpsKind::Tracked(prep) => prep.finish(([x, g, r], args), y),
+            OpsKind::UnTracked(prep) => prep.finish(y),
         }
     }
 
@@ -254,6 +431,81 @@ impl KernelPrimitives for Flex {
         ]
     }
 
+    fn linear_forward(x: FlexTensor, w: FlexTensor, lay: WeightLayout) -> FlexTensor {
+        let [n, d_in] = two(&x);
+        let d_out = w.shape().num_elements() / d_in;
+        let y = cpu::linear::forward(&host(&x), &host(&w), lay, n, d_in, d_out);
+        flex(y, &[n, d_out])
+    }
+
+    fn linear_backward(
+        x: Option<FlexTensor>,
+        w: Option<FlexTensor>,
+        grad: FlexTensor,
+        lay: WeightLayout,
+        d_in: usize,
+    ) -> (Option<FlexTensor>, Option<FlexTensor>) {
+        let [n, d_out] = two(&grad);
+        let g = host(&grad);
+        let dx = w.map(|w| {
+            let dx = cpu::linear::grad_x(&g, &host(&w), lay, n, d_in, d_out);
+            flex(dx, &[n, d_in])
+        });
+        let dw = x.map(|x| {
+            let dw = cpu::linear::grad_w(&host(&x), &g, lay, n, d_in, d_out);
+            match lay {
+                WeightLayout::InOut => flex(dw, &[d_in, d_out]),
+                WeightLayout::OutIn => flex(dw, &[d_out, d_in]),
+            }
+        });
+        (dx, dw)
+    }
+
+    fn glu_forward(a: FlexTensor, b: FlexTensor, act: Act) -> FlexTensor {
+        let shape = a.shape().to_vec();
+        flex(cpu::glu::forward(act, &host(&a), &host(&b)), &shape)
+    }
+
+    fn glu_backward(
+        a: FlexTensor,
+        b: FlexTensor,
+        grad: FlexTensor,
+        act: Act,
+    ) -> (FlexTensor, FlexTensor) {
+        let shape = a.shape().to_vec();
+        let (da, db) = cpu::glu::backward(act, &host(&a), &host(&b), &host(&grad));
+        (flex(da, &shape), flex(db, &shape))
+    }
+
+    fn norm_forward(
+        x: FlexTensor,
+        g: FlexTensor,
+        b: FlexTensor,
+        args: NormArgs,
+    ) -> (FlexTensor, FlexTensor) {
+        let [n, d] = two(&x);
+        let bias = host(&b);
+        let (y, r) = cpu::norm::forward(args.kind, &host(&x), &host(&g), Some(&bias), d, args.eps);
+        (flex(y, &[n, d]), flex(r, &[n]))
+    }
+
+    fn norm_backward(
+        x: FlexTensor,
+        g: FlexTensor,
+        r: FlexTensor,
+        grad: FlexTensor,
+        args: NormArgs,
+    ) -> [FlexTensor; 3] {
+        let [n, d] = two(&x);
+        let (dx, dg, db) =
+            cpu::norm::backward(args.kind, &host(&x), &host(&g), &host(&r), &host(&grad), d);
+        [
+            flex(dx, &[n, d]),
+            flex(dg, &[d]),
+            flex(db.unwrap_or_else(|| vec![0.0; d]), &[d]),
+        ]
+    }
+
     fn xent_forward(
         logits: FlexTensor,
         targets: FlexTensor,
@@ -318,4 +570,102 @@ pub fn cross_entropy(logits: Tensor<2>, targets: Tensor<1, Int>, weights: Tensor
         targets.into_dispatch(),
         weights.into_dispatch(),
     ))
+}
+
+/// [`KernelOps::fused_linear`] on tensors: x (N, in), W (in, out) or (out, in) as `lay` says
+/// → (N, out).
+pub fn linear(x: Tensor<2>, w: Tensor<2>, lay: WeightLayout) -> Tensor<2> {
+    Tensor::from_dispatch(<Dispatch as KernelOps>::fused_linear(
+        x.into_dispatch(),
+        w.into_dispatch(),
+        lay,
+    ))
+}
+
+/// [`KernelOps::fused_glu`] on tensors: a, b (N, F) → act(a) ⊙ b.
+pub fn glu(a: Tensor<2>, b: Tensor<2>, act: Act) -> Tensor<2> {
+    Tensor::from_dispatch(<Dispatch as KernelOps>::fused_glu(
+        a.into_dispatch(),
+        b.into_dispatch(),
+        act,
+    ))
+}
+
+/// [`KernelOps::fused_norm`] on tensors: x (N, d), g (d), b (d) → (N, d).
+pub fn norm(x: Tensor<2>, g: Tensor<1>, b: Tensor<1>, args: NormArgs) -> Tensor<2> {
+    Tensor::from_dispatch(<Dispatch as KernelOps>::fused_norm(
+        x.into_dispatch(),
+        g.into_dispatch(),
+        b.into_dispatch(),
+        args,
+    ))
+}
+
+/// Updates outside autodiff: one pass over a parameter and its optimizer state.
+#[backend_extension(Flex)]
+pub trait UpdateOps: Backend {
+    /// AdamW on flat p, g, m, v (n) → (p, m, v) ([`cpu::adamw`]).
+    fn adamw_update(
+        p: FloatTensor<Self>,
+        g: FloatTensor<Self>,
+        m: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        args: cpu::adamw::AdamArgs,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>);
+}
+
+/// A contiguous f32 Flex tensor that owns its buffer alone (copied otherwise), for in-place
+/// updates.
+fn owned(t: FlexTensor) -> FlexTensor {
+    let exact = t.is_contiguous()
+        && t.layout().start_offset() == 0
+        && t.bytes().len() == t.shape().num_elements() * 4;
+    if exact && t.is_unique() {
+        t
+    } else {
+        flex(host(&t).into_owned(), t.shape().as_slice())
+    }
+}
+
+impl UpdateOps for Flex {
+    fn adamw_update(
+        p: FlexTensor,
+        g: FlexTensor,
+        m: FlexTensor,
+        v: FlexTensor,
+        args: cpu::adamw::AdamArgs,
+    ) -> (FlexTensor, FlexTensor, FlexTensor) {
+        let (mut p, mut m, mut v) = (owned(p), owned(m), owned(v));
+        let g = host(&g);
+        cpu::adamw::update(
+            p.storage_mut::<f32>(),
+            &g,
+            m.storage_mut::<f32>(),
+            v.storage_mut::<f32>(),
+            args,
+        );
+        (p, m, v)
+    }
+}
+
+/// [`UpdateOps::adamw_update`] on tensors (n) → (p, m, v).
+pub fn adamw(
+    p: Tensor<1>,
+    g: Tensor<1>,
+    m: Tensor<1>,
+    v: Tensor<1>,
+    args: cpu::adamw::AdamArgs,
+) -> (Tensor<1>, Tensor<1>, Tensor<1>) {
+    let (p, m, v) = <Dispatch as UpdateOps>::adamw_update(
+        p.into_dispatch(),
+        g.into_dispatch(),
+        m.into_dispatch(),
+        v.into_dispatch(),
+        args,
+    );
+    (
+        Tensor::from_dispatch(p),
+        Tensor::from_dispatch(m),
+        Tensor::from_dispatch(v),
+    )
 }

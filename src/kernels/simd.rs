@@ -31,7 +31,8 @@ const Q: [f32; 6] = [
 /// `e^x` for one value, branch-free (see the module docs for its range).
 #[inline(always)]
 pub fn exp1(x: f32) -> f32 {
-    let xc = x.max(LO).min(HI); // NaN → LO; the last select restores it
+    #[allow(clippy::manual_clamp)] // clamp keeps NaN; max/min turn it into LO (restored below)
+    let xc = x.max(LO).min(HI);
     let t = xc * LOG2E + ROUND; // ROUND + n: n in the low bits of the mantissa
     let n = t - ROUND; // round(x log2 e), in [−126, 127]
     let r = (xc - n * C1) - n * C2; // |r| ≤ ln 2 / 2
@@ -80,6 +81,7 @@ macro_rules! simd_dispatch {
         }
     };
 }
+pub(crate) use simd_dispatch;
 
 simd_dispatch! {
     /// `x ← e^x` element-wise.

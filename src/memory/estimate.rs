@@ -85,6 +85,9 @@ const BACKWARD_MATRICES: u64 = 6;
 /// gradients in the backward pass).
 const LOGIT_TENSORS: u64 = 4;
 
+/// The same with the fused cross-entropy kernel: the logits and their gradient.
+const KERNEL_LOGIT_TENSORS: u64 = 2;
+
 /// Parameter elements of a model, split by whether the optimizer updates them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 pub struct ParamCount {
@@ -464,19 +467,37 @@ pub fn estimate(exp: &Experiment, vocab: usize, workers: usize) -> Estimate {
     let optimizer = F32 * k * p;
     let gradients = F32 * a_steps * p;
     let matrix = b * h * s * c; // one (B, H, S, C) attention matrix
-    let attention = F32 * (l * kept_matrices(m) + BACKWARD_MATRICES) * matrix;
+    // Where the CPU kernels run (crate::kernels): the fused attention keeps no (B, H, S, C)
+    // matrix (a log-sum-exp row per query, and one block per task in the backward), and the
+    // fused cross-entropy keeps the logits and their gradient only.
+    let kernels = crate::kernels::runs_on(exp.run.device).is_ok();
+    let fused = kernels
+        && m.attention.kernel == AttentionKernel::Fused
+        && crate::kernels::attention::covers(m).is_ok();
+    let fused_train =
+        fused && crate::kernels::attention::covers_precision(exp.train.precision).is_ok();
+    let attention = if fused_train {
+        0
+    } else {
+        F32 * (l * kept_matrices(m) + BACKWARD_MATRICES) * matrix
+    };
     let rows = b * s;
     let kept_rows = l * rows * row_floats(m) + 3 * b * t * d;
     let backward_rows = rows * (3 * f + 4 * d);
     let activations = attention + F32 * (kept_rows + backward_rows);
-    let logits = F32 * LOGIT_TENSORS * b * t * v;
+    let logits =
+        F32 * if kernels {
+            KERNEL_LOGIT_TENSORS
+        } else {
+            LOGIT_TENSORS
+        } * b
+            * t
+            * v;
     let transient = w * (activations + logits);
     let step = gradients + transient;
     let update = F32 * (p + 4 * params.largest);
     // Evaluation: one micro-batch through one block at a time without autograd (the manual
     // kernel forms ~3 attention matrices; the fused one none), logits in bounded blocks.
-    let fused = m.attention.kernel == AttentionKernel::Fused
-        && crate::kernels::attention::covers(m).is_ok();
     let eval_matrices = if fused { 0 } else { 3 * matrix };
     let eval =
         F32 * (eval_matrices + rows * (3 * f + 6 * d) + 3 * (b * t * v).min(EVAL_LOGITS_BLOCK));

@@ -35,7 +35,7 @@
 //! computed as `x + 1` for x > 0 and `exp(min(x, 0))` otherwise, so no branch overflows.
 
 use super::context::{Ctx, LayerKv, rope};
-use super::hooks::{Frame, HeadSite, Tap, tap_heads, tap_wants};
+use super::hooks::{Frame, HeadSite, Tap, tap_changes, tap_heads, tap_wants};
 use super::layers::{Compute, Init, Linear, matmul_in};
 use crate::config::{
     FeatureMap, Gain, GateConfig, KBiasValue, KernelNorm, ModelConfig, NormaliserConfig, QueryInit,
@@ -595,8 +595,13 @@ impl Attention {
             Some(plan)
                 if ctx.compute.is_none()
                     && crate::kernels::on_device(&q.device())
-                    && !tap_wants(tap, HeadSite::Pattern) =>
+                    && !tap_changes(tap, HeadSite::Pattern) =>
             {
+                if tap_wants(tap, HeadSite::Pattern) {
+                    // hooks that only record the pattern get the explicit weights; the output
+                    // is the kernel's either way, so recording changes nothing
+                    let _ = self.mix_explicit(q.clone(), k.clone(), v.clone(), ctx, tap, frame);
+                }
                 self.mix_fused(q, k, v, plan)
             }
             _ => self.mix_explicit(q, k, v, ctx, tap, frame),

@@ -59,6 +59,21 @@ impl Mlp {
     pub fn forward(&self, x: Tensor<3>, c: Compute) -> Tensor<3> {
         let up = |x: Tensor<3>| self.w_up.forward_in(x, c);
         let gate = |x: Tensor<3>| self.w_gate.as_ref().expect("gated FFN").forward_in(x, c); // (B, T, f)
+        #[cfg(feature = "flex")]
+        if crate::kernels::on_device(&x.device()) {
+            use crate::kernels::ops::Act;
+            match self.kind {
+                FfnConfig::Swiglu {} => {
+                    let h = crate::kernels::glu(gate(x.clone()), up(x), Act::Silu);
+                    return self.w_down.forward_in(h, c);
+                }
+                FfnConfig::Reglu {} => {
+                    let h = crate::kernels::glu(gate(x.clone()), up(x), Act::Relu);
+                    return self.w_down.forward_in(h, c);
+                }
+                _ => {}
+            }
+        }
         let hidden = match self.kind {
             FfnConfig::Relu {} => relu(up(x)),
             FfnConfig::Gelu {} => gelu(up(x)),

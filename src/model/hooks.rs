@@ -148,6 +148,13 @@ pub struct Frame {
 /// records one site leaves every other site untouched and uncopied.
 pub trait Hooks {
     fn wants(&self, at: HookPoint) -> bool;
+    /// Whether the hooks may change the value at `at` (replace or add), not only record it
+    /// (default: whenever they want it). A forward whose hooks only record the attention
+    /// pattern still runs the fused attention kernel for its output, so recording changes
+    /// nothing.
+    fn changes(&self, at: HookPoint) -> bool {
+        self.wants(at)
+    }
     /// Record, replace or add at a residual-stream site; returns what flows on.
     fn stream(&mut self, layer: usize, site: StreamSite, x: Tensor<3>, frame: Frame) -> Tensor<3>;
     /// Record, replace or add at a per-head site; returns what flows on.
@@ -160,6 +167,9 @@ pub struct Chain<'a>(pub Vec<&'a mut dyn Hooks>);
 impl Hooks for Chain<'_> {
     fn wants(&self, at: HookPoint) -> bool {
         self.0.iter().any(|h| h.wants(at))
+    }
+    fn changes(&self, at: HookPoint) -> bool {
+        self.0.iter().any(|h| h.changes(at))
     }
     fn stream(&mut self, l: usize, s: StreamSite, mut x: Tensor<3>, f: Frame) -> Tensor<3> {
         let at = HookPoint {
@@ -223,6 +233,12 @@ pub(crate) fn tap_heads(
 pub(crate) fn tap_wants(tap: &Option<&mut Tap<'_>>, site: HeadSite) -> bool {
     tap.as_ref()
         .is_some_and(|t| t.hooks.wants(point(t.layer, Site::Head(site))))
+}
+
+/// Whether `tap` may change a per-head site (not only record it).
+pub(crate) fn tap_changes(tap: &Option<&mut Tap<'_>>, site: HeadSite) -> bool {
+    tap.as_ref()
+        .is_some_and(|t| t.hooks.changes(point(t.layer, Site::Head(site))))
 }
 
 fn point(layer: usize, site: Site) -> HookPoint {
@@ -290,11 +306,13 @@ impl HookSet {
 
 impl Hooks for HookSet {
     fn wants(&self, at: HookPoint) -> bool {
-        self.record.contains(&at)
-            || match at.site {
-                Site::Stream(s) => self.stream_edits.contains_key(&(at.layer, s)),
-                Site::Head(s) => self.head_edits.contains_key(&(at.layer, s)),
-            }
+        self.record.contains(&at) || self.changes(at)
+    }
+    fn changes(&self, at: HookPoint) -> bool {
+        match at.site {
+            Site::Stream(s) => self.stream_edits.contains_key(&(at.layer, s)),
+            Site::Head(s) => self.head_edits.contains_key(&(at.layer, s)),
+        }
     }
     fn stream(&mut self, l: usize, s: StreamSite, mut x: Tensor<3>, _: Frame) -> Tensor<3> {
         for e in self.stream_edits.get(&(l, s)).into_iter().flatten() {

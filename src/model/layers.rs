@@ -186,6 +186,14 @@ impl Linear {
     /// matrix and bias cast down, the result cast back to f32.
     pub fn forward_in<const D: usize>(&self, x: Tensor<D>, compute: Compute) -> Tensor<D> {
         match compute {
+            // the linear kernel where it runs (crate::kernels), in f32
+            None if crate::kernels::on_device(&x.device()) => {
+                let y = crate::kernels::linear(x, self.matrix(), false);
+                match &self.bias {
+                    Some(b) => y + b.val().unsqueeze::<D>(),
+                    None => y,
+                }
+            }
             None => self.forward(x),
             Some(dt) => linear(
                 x.cast(dt),
@@ -294,6 +302,23 @@ impl Norm {
     }
 
     pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
+        #[cfg(feature = "flex")]
+        if crate::kernels::on_device(&x.device()) {
+            use crate::kernels::{cpu::norm::Kind, ops::NormArgs};
+            let kind = match self.kind {
+                NormKind::Rms => Kind::Rms,
+                NormKind::Layer => Kind::Layer,
+            };
+            let b = match &self.bias {
+                Some(b) => b.val(),
+                None => Tensor::zeros([x.dims()[2]], &x.device()), // unread by RMSNorm
+            };
+            let args = NormArgs {
+                kind,
+                eps: self.eps as f32,
+            };
+            return crate::kernels::norm(x, self.gain.val(), b, args);
+        }
         let g = self.gain.val().unsqueeze::<3>(); // (1, 1, d)
         match self.kind {
             NormKind::Rms => {

@@ -355,6 +355,9 @@ impl Lm {
         };
         match (&self.head, self.compute) {
             (Some(head), c) => head.forward_in(h, c),
+            (None, None) if crate::kernels::on_device(&h.device()) => {
+                crate::kernels::linear(h, self.embed.val(), true) // tied: h Eᵀ
+            }
             (None, None) => linear(h, self.embed.val().transpose(), None), // tied: h Eᵀ
             (None, Some(dt)) => linear(h.cast(dt), self.embed.val().transpose().cast(dt), None)
                 .cast(burn::tensor::FloatDType::F32),
@@ -365,6 +368,14 @@ impl Lm {
     pub fn forward(&self, tokens: Tensor<2, Int>) -> Tensor<3> {
         let h = self.run(tokens, None);
         self.logits(h)
+    }
+
+    /// Logits (B, 1, V) of the last position only, for token ids (B, T): the final norm and
+    /// the head run on one row per sequence (a sliding window scored one token at a time).
+    pub fn forward_last(&self, tokens: Tensor<2, Int>) -> Tensor<3> {
+        let h = self.run(tokens, None); // (B, T, d)
+        let t = h.dims()[1];
+        self.logits(h.narrow(1, t - 1, 1))
     }
 
     /// Masked mean NLL ([`masked_nll`]) of token ids under an optional residual-stream filter,

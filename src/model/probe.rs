@@ -80,6 +80,9 @@ impl Hooks for ProbeRecorder {
                 Site::Head(_) => true,
             }
     }
+    fn changes(&self, _: HookPoint) -> bool {
+        false // records only
+    }
 
     fn stream(&mut self, l: usize, site: StreamSite, x: Tensor<3>, f: Frame) -> Tensor<3> {
         let r = real(&x, 1, f.sink_tokens); // (B, T, d)

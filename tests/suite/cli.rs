@@ -324,18 +324,33 @@ fn check_reports_every_problem_of_this_machine_at_once() {
 #[test]
 fn check_says_whether_the_fused_attention_kernel_covers_the_model() {
     let dir = tempfile::tempdir().unwrap();
-    for (name, extra, want) in [
-        ("plain", "", "attention: the fused kernel"),
+    for (name, extra, tail, want) in [
+        ("plain", "", "", "attention: the fused kernel"),
         (
             "alibi",
             "positions = { kind = \"alibi\" }\n",
-            "does not cover this model (positions add a logit bias): the explicit path runs",
+            "",
+            "attention: the fused kernel",
+        ),
+        (
+            "relative",
+            "positions = { kind = \"relative\" }\n",
+            "",
+            "does not cover this model (T5 relative positions add a learned logit bias): the \
+             explicit path runs",
+        ),
+        (
+            "bf16",
+            "",
+            "[train]\nprecision = \"bf16\"\n",
+            "does not cover this model (precision bf16 (the attention kernel computes in f32)): \
+             the explicit path runs",
         ),
     ] {
         let f = dir.path().join(format!("{name}.toml"));
         std::fs::write(
             &f,
-            format!("[model]\n{extra}[model.attention]\nkernel = \"fused\"\n"),
+            format!("[model]\n{extra}[model.attention]\nkernel = \"fused\"\n{tail}"),
         )
         .unwrap();
         let (code, out, err) = sinklab_in(None, &["check", f.to_str().unwrap()]);

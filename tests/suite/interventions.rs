@@ -318,7 +318,15 @@ fn move_to_first_on_a_head_already_on_the_first_token_changes_nothing() {
     );
     let x = Tensor::<2, Int>::from_data(TensorData::new(tok, [2, 6]), &dev);
     let plain = common::tensor_values(m.forward(x));
-    assert_eq!(moved, plain, "move-to-first on a head with α₁ = 1");
+    // equal up to rounding: the edited pattern takes the explicit attention path, the plain
+    // forward the fused kernel
+    assert_eq!(moved.len(), plain.len());
+    for (a, b) in moved.iter().zip(&plain) {
+        assert!(
+            (a - b).abs() <= 1e-5 * (1.0 + b.abs()),
+            "move-to-first on a head with α₁ = 1: {a} vs {b}"
+        );
+    }
     let other = ablated_logits(
         &p,
         AblationKind::MoveToFirst,
@@ -423,19 +431,25 @@ fn clean_patches_give_one_corrupt_patches_zero_and_kv_patches_stay_in_their_grou
                 }
             }
         }
-        // clean into clean: every patch leaves the clean logit difference (normalised 1)
+        // clean into clean: every patch leaves the clean logit difference (normalised 1), up to
+        // f32 rounding: the patched walk runs the batch as copies, and the CPU kernels' matrix
+        // products round rows in larger batches differently (≈ 1e-7 of the logit difference)
+        let close = |v: f64, want: f64| (v - want).abs() <= 2e-6 * (1.0 + want.abs());
         let cc = patch_each(&c, &c, &patches, &mut |_| {}).unwrap();
         for (s, v) in patches.iter().zip(&cc) {
             let x = normalise(*v, ld_corr, ld_clean);
             assert!(
-                (x - 1.0).abs() < 1e-5,
-                "{name}: clean→clean {s:?} gives {x}"
+                close(*v, ld_clean),
+                "{name}: clean→clean {s:?} gives {x} ({v} vs {ld_clean})"
             );
         }
         let kk = patch_each(&k, &k, &patches, &mut |_| {}).unwrap();
         for (s, v) in patches.iter().zip(&kk) {
             let x = normalise(*v, ld_corr, ld_clean);
-            assert!(x.abs() < 1e-5, "{name}: corrupt→corrupt {s:?} gives {x}");
+            assert!(
+                close(*v, ld_corr),
+                "{name}: corrupt→corrupt {s:?} gives {x} ({v} vs {ld_corr})"
+            );
         }
         // denoising everything at resid_pre of layer 0 restores the clean run: 1
         let all = PatchSpec {

@@ -627,7 +627,7 @@ fn the_fused_kernel_agrees_with_the_explicit_path_or_falls_back_and_says_so() {
     let dev = common::device().autodiff();
     let mut covered = Vec::new();
     for (name, model, attention) in variants() {
-        let manual = exp(model, attention);
+        let manual = exp(model, &format!("{attention}\nkernel = \"manual\""));
         let fused = exp(model, &format!("{attention}\nkernel = \"fused\""));
         let summary = sinklab::kernels::summary(
             &fused.model,

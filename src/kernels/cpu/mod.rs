@@ -2,6 +2,10 @@
 //! of [`super::ops::KernelPrimitives`]. Each file is one operation, its forward and backward,
 //! with a test against a direct f64 computation of its definition.
 
+pub mod adamw;
 pub mod attention;
 pub mod gemm;
+pub mod glu;
+pub mod linear;
+pub mod norm;
 pub mod xent;

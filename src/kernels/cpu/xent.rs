@@ -22,7 +22,8 @@ pub fn forward(x: &[f32], v: usize, t: &[u32], w: &[f32]) -> (f64, Vec<f32>) {
     assert_eq!(x.len(), n * v, "logits are N × V");
     assert_eq!(w.len(), n, "one weight per row");
     let mut lse = vec![0f32; n];
-    let loss: f64 = lse
+    // per-task partial sums, added in task order: the loss does not depend on the threads
+    let parts: Vec<f64> = lse
         .par_chunks_mut(ROWS)
         .enumerate()
         .map(|(c, out)| {
@@ -38,8 +39,8 @@ pub fn forward(x: &[f32], v: usize, t: &[u32], w: &[f32]) -> (f64, Vec<f32>) {
             }
             part
         })
-        .sum();
-    (loss, lse)
+        .collect();
+    (parts.iter().sum(), lse)
 }
 
 /// `∂loss/∂x` (N × V) for the upstream gradient `g` of the loss.
