@@ -109,6 +109,51 @@ pub fn generate(
     Ok(out)
 }
 
+/// Positions whose logits are formed at once by [`forward_nll`] (a block of 256 × 49,152 f32
+/// logits is 50 MB).
+const NLL_BLOCK: usize = 256;
+
+/// NLL of tokens 1..n with full attention over the whole sequence in one forward, the logits
+/// a block of positions at a time: what a dense cache gives token by token (the same maths;
+/// the rounding differs), for any length the model's positions reach (extend them first past
+/// model.ctx, [`Lm::extend_positions`]).
+pub fn forward_nll(model: &Lm, tokens: &[u32], device: &Device) -> Result<Vec<f64>> {
+    let n = tokens.len();
+    if n < 2 {
+        bail!("{n} tokens: scoring needs at least 2");
+    }
+    let h = model.forward_hidden(ids_tensor(&tokens[..n - 1], device)); // (1, n − 1, d)
+    let mut out = Vec::with_capacity(n - 1);
+    for from in (0..n - 1).step_by(NLL_BLOCK) {
+        let len = NLL_BLOCK.min(n - 1 - from);
+        let logits = model.unembed(h.clone().narrow(1, from, len)); // (1, len, V)
+        for (r, &t) in rows(logits).iter().zip(&tokens[from + 1..from + 1 + len]) {
+            out.push(nll(r, t));
+        }
+    }
+    Ok(out)
+}
+
+/// NLL of tokens 1..n with tokens 0..n−1 fed into `cache` in one call (a prefill: every
+/// position attends as it would token by token).
+pub fn prefill_nll(
+    model: &Lm,
+    cache: &mut KvCache,
+    tokens: &[u32],
+    device: &Device,
+) -> Result<Vec<f64>> {
+    let n = tokens.len();
+    if n < 2 {
+        return Ok(Vec::new());
+    }
+    let logits = model.forward_cached(ids_tensor(&tokens[..n - 1], device), cache)?; // (1, n − 1, V)
+    Ok(rows(logits)
+        .iter()
+        .zip(&tokens[1..])
+        .map(|(r, &t)| nll(r, t))
+        .collect())
+}
+
 /// NLL of tokens 1..n, each predicted token by token from a cache under `policy`:
 /// `out[i] = −log p(tokens[i+1] | cache after tokens[..=i])`.
 pub fn stream_nll(

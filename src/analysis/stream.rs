@@ -3,7 +3,7 @@
 //! sliding window re-computed over the last L tokens) and dense attention over the whole text,
 //! with the per-position curve.
 
-use crate::generate::{continue_nll, continue_nll_rows, recompute_nll};
+use crate::generate::{continue_nll_rows, forward_nll, prefill_nll, recompute_nll};
 use crate::model::CachePolicy;
 use crate::run::OpenRun;
 use anyhow::{Result, bail};
@@ -159,15 +159,17 @@ pub fn stream_eval(
         }
     };
     // Every cache holds the same tokens until it first has to evict, after L tokens: those are
-    // decoded once, into a dense cache that each stream then continues from (a fork).
+    // fed once, in one prefill of a dense cache that each evicting stream then continues from
+    // (a fork). Dense attention over the whole text is one forward (what a dense cache gives
+    // token by token, up to rounding).
     let prefix = budget.min(dense_limit - 1);
     // a bar on a terminal, about 20 plain lines without one
     let bar = crate::progress::Progress::new(
-        (prefix
-            + (dense_limit - 1 - prefix)
+        ((dense_limit - 1)
+            + prefix
             + (n - 1 - prefix) * policies.len()
             + if o.recompute { n - 1 } else { 0 }) as u64,
-        "stream-eval tokens decoded",
+        "stream-eval tokens scored",
     );
     let mut rows = Vec::new();
     let dense_name = if dense_limit == n {
@@ -175,14 +177,14 @@ pub fn stream_eval(
     } else {
         format!("dense (within model.ctx = {ctx})")
     };
+    let dense = forward_nll(&model, &tokens[..dense_limit], device)?;
+    bar.inc((dense_limit - 1) as u64);
     let mut shared = model.cache(CachePolicy::DENSE)?;
-    let head = continue_nll(&model, &mut shared, &tokens[..=prefix], device, &mut |_| {
-        bar.inc(1)
-    })?;
-    // Past the shared prefix the dense stream and the evicting caches decode one token at a
-    // time. The evicting caches all hold L tokens, so they decode together as the rows of one
-    // cache (each token reads the weights once for all of them; KvCache::fork_rows); the dense
-    // stream runs beside them, on the CPU one worker per core (neither's numbers depend on it).
+    let head = prefill_nll(&model, &mut shared, &tokens[..=prefix], device)?;
+    bar.inc(prefix as u64);
+    // Past the shared prefix the evicting caches, which all hold L tokens, decode together as
+    // the rows of one cache: each token reads the weights once for all of them
+    // (KvCache::fork_rows), its matrix products split over the cores.
     let windowed: Vec<(String, usize, usize)> = policies
         .into_iter()
         .map(|(name, s, w)| (format!("{name} ({s}+{w})"), s, w))
@@ -194,43 +196,18 @@ pub fn stream_eval(
             window: Some(w),
         })
         .collect();
-    let workers = crate::parallel::Workers::for_device(crate::backend::is_cpu(device), 2);
-    let nlls = workers.map(2, |j| -> Result<Vec<Vec<f64>>> {
-        if j == 0 {
-            let mut cache = shared.fork(CachePolicy::DENSE)?;
-            let rest = continue_nll(
-                &model,
-                &mut cache,
-                &tokens[prefix..dense_limit],
-                device,
-                &mut |_| bar.inc(1),
-            )?;
-            Ok(vec![rest])
-        } else {
-            let mut cache = shared.fork_rows(&rows_policies)?;
-            let k = rows_policies.len() as u64;
-            continue_nll_rows(
-                &model,
-                &mut cache,
-                rows_policies.len(),
-                &tokens[prefix..n],
-                device,
-                &mut |_| bar.inc(k),
-            )
-        }
-    });
-    let mut nlls = nlls.into_iter();
+    let mut cache = shared.fork_rows(&rows_policies)?;
+    let k = rows_policies.len() as u64;
+    let evicting = continue_nll_rows(
+        &model,
+        &mut cache,
+        rows_policies.len(),
+        &tokens[prefix..n],
+        device,
+        &mut |_| bar.inc(k),
+    )?;
     let with_head = |rest: Vec<f64>| -> Vec<f64> { head.iter().copied().chain(rest).collect() };
-    let dense = nlls.next().expect("the dense stream")?.remove(0);
-    rows.push(StreamRow::new(
-        &dense_name,
-        None,
-        None,
-        with_head(dense),
-        ctx,
-        budget,
-    ));
-    let evicting = nlls.next().expect("the evicting streams")?;
+    rows.push(StreamRow::new(&dense_name, None, None, dense, ctx, budget));
     for ((name, s, w), nll) in windowed.into_iter().zip(evicting) {
         rows.push(StreamRow::new(
             &name,

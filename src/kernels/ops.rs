@@ -601,9 +601,18 @@ pub fn norm(x: Tensor<2>, g: Tensor<1>, b: Tensor<1>, args: NormArgs) -> Tensor<
     ))
 }
 
-/// Updates outside autodiff: one pass over a parameter and its optimizer state.
+/// Operations outside autodiff: an optimizer's update, an evaluation's loss.
 #[backend_extension(Flex)]
 pub trait UpdateOps: Backend {
+    /// The head and cross-entropy of an evaluation: h (N, d), the head's weight as `lay` says,
+    /// targets (N), weights (N) → `Σ_i w_i (−log softmax(h_i W)[t_i])` (1) ([`cpu::head_xent`]).
+    fn head_xent(
+        h: FloatTensor<Self>,
+        w: FloatTensor<Self>,
+        targets: IntTensor<Self>,
+        weights: FloatTensor<Self>,
+        lay: WeightLayout,
+    ) -> FloatTensor<Self>;
     /// AdamW on flat p, g, m, v (n) → (p, m, v) ([`cpu::adamw`]).
     fn adamw_update(
         p: FloatTensor<Self>,
@@ -628,6 +637,28 @@ fn owned(t: FlexTensor) -> FlexTensor {
 }
 
 impl UpdateOps for Flex {
+    fn head_xent(
+        h: FlexTensor,
+        w: FlexTensor,
+        targets: FlexTensor,
+        weights: FlexTensor,
+        lay: WeightLayout,
+    ) -> FlexTensor {
+        let [n, d] = two(&h);
+        let v = w.shape().num_elements() / d;
+        let loss = cpu::head_xent::loss(
+            &host(&h),
+            &host(&w),
+            lay,
+            n,
+            d,
+            v,
+            &host_ids(&targets),
+            &host(&weights),
+        );
+        flex(vec![loss as f32], &[1])
+    }
+
     fn adamw_update(
         p: FlexTensor,
         g: FlexTensor,
@@ -668,4 +699,22 @@ pub fn adamw(
         Tensor::from_dispatch(m),
         Tensor::from_dispatch(v),
     )
+}
+
+/// [`UpdateOps::head_xent`] on tensors (outside autodiff): h (N, d), W (d, V) or (V, d) as
+/// `lay` says, targets (N), weights (N) → (1).
+pub fn head_cross_entropy(
+    h: Tensor<2>,
+    w: Tensor<2>,
+    targets: Tensor<1, Int>,
+    weights: Tensor<1>,
+    lay: WeightLayout,
+) -> Tensor<1> {
+    Tensor::from_dispatch(<Dispatch as UpdateOps>::head_xent(
+        h.into_dispatch(),
+        w.into_dispatch(),
+        targets.into_dispatch(),
+        weights.into_dispatch(),
+        lay,
+    ))
 }

@@ -370,6 +370,12 @@ impl Lm {
         self.logits(h)
     }
 
+    /// The real-token hidden states leaving the last block (B, T, d) for token ids (B, T),
+    /// before the final norm ([`Lm::unembed`] turns them into logits).
+    pub fn forward_hidden(&self, tokens: Tensor<2, Int>) -> Tensor<3> {
+        self.run(tokens, None)
+    }
+
     /// Logits (B, 1, V) of the last position only, for token ids (B, T): the final norm and
     /// the head run on one row per sequence (a sliding window scored one token at a time).
     pub fn forward_last(&self, tokens: Tensor<2, Int>) -> Tensor<3> {
@@ -428,6 +434,10 @@ impl Lm {
         let hooks = filter.as_mut().map(|f| f as &mut dyn Hooks);
         let h = self.walk(h, ctx, from..self.blocks.len(), hooks, None);
         let h = h.narrow(1, self.cfg.sink_tokens, t); // real tokens (B, T, d)
+        #[cfg(feature = "flex")]
+        if let Some(loss) = self.fused_head_nll(h.clone(), &targets, &mask, denom) {
+            return loss;
+        }
         let step = (max_logits / (b * v).max(1)).clamp(1, t.max(1));
         let mut total = 0.0;
         for from in (0..t).step_by(step) {
@@ -442,6 +452,42 @@ impl Lm {
             total += loss.into_scalar::<f32>() as f64;
         }
         total
+    }
+
+    /// The masked NLL of [`Lm::nll_from`] by the fused head + cross-entropy kernel (the
+    /// vocabulary a block at a time, never the (B, T, V) logits), where it runs: the CPU
+    /// kernels, f32, outside autodiff, a head without bias. None elsewhere.
+    #[cfg(feature = "flex")]
+    fn fused_head_nll(
+        &self,
+        h: Tensor<3>,
+        targets: &Tensor<2, Int>,
+        mask: &Tensor<2>,
+        denom: f64,
+    ) -> Option<f64> {
+        use crate::kernels::ops::{WeightLayout, head_cross_entropy};
+        let device = h.device();
+        if !crate::kernels::on_device(&device) || device.is_autodiff() || self.compute.is_some() {
+            return None;
+        }
+        let (w, lay) = match &self.head {
+            Some(head) if head.bias.is_none() => (head.matrix(), WeightLayout::InOut),
+            Some(_) => return None,
+            None => (self.embed.val(), WeightLayout::OutIn), // tied: h Eᵀ
+        };
+        let [b, t, d] = h.dims();
+        let h = match &self.norm_f {
+            Some(n) => n.forward(h),
+            None => h,
+        };
+        let loss = head_cross_entropy(
+            h.reshape([b * t, d]),
+            w,
+            targets.clone().reshape([b * t]),
+            (mask.clone() / denom).reshape([b * t]),
+            lay,
+        );
+        Some(loss.into_scalar::<f32>() as f64)
     }
 
     /// Logits plus every layer's attention weights, queries, keys, values, gates and block

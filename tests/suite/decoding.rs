@@ -154,6 +154,7 @@ fn streaming_without_eviction_equals_dense() {
 #[test]
 fn eviction_with_rerotation_matches_a_fresh_forward_over_the_kept_tokens() {
     let dev = common::device();
+    let mut checked_dense = 0;
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments");
     for (name, layers) in [
         ("natural_text.toml", 1),
@@ -217,8 +218,35 @@ fn eviction_with_rerotation_matches_a_fresh_forward_over_the_kept_tokens() {
         let mut forked = shared.fork(policy).unwrap();
         let rest =
             generate::continue_nll(&model, &mut forked, &toks[s + w..], &dev, &mut |_| {}).unwrap();
-        let joined: Vec<f64> = head.into_iter().chain(rest).collect();
+        let joined: Vec<f64> = head.iter().copied().chain(rest).collect();
         assert_eq!(joined, streamed, "{name}: forked after the shared prefix");
+        // stream-eval's shared prefix is one prefill, and its dense row one forward: each
+        // equals token-by-token decoding up to rounding
+        let mut prefilled = model.cache(CachePolicy::DENSE).unwrap();
+        let pre = generate::prefill_nll(&model, &mut prefilled, &toks[..=s + w], &dev).unwrap();
+        // dense past model.ctx where the positions extend (as stream-eval does)
+        let mut long = Lm::new(&e.model, VOCAB, 5, &dev);
+        let extended = long.extend_positions(toks.len()).is_ok();
+        let close = |a: &[f64], b: &[f64], what: &str| {
+            assert_eq!(a.len(), b.len(), "{name}: {what}");
+            for (i, (x, y)) in a.iter().zip(b).enumerate() {
+                assert!(
+                    (x - y).abs() <= 1e-5 * (1.0 + y.abs()),
+                    "{name}, {what}, token {i}: {x} vs {y}"
+                );
+            }
+        };
+        close(&pre, &head, "prefill vs token by token");
+        if extended {
+            let tbt = generate::stream_nll(&long, &toks, CachePolicy::DENSE, &dev, &mut |_| {});
+            let fwd = generate::forward_nll(&long, &toks, &dev);
+            close(
+                &fwd.unwrap(),
+                &tbt.unwrap(),
+                "dense forward vs token by token",
+            );
+            checked_dense += 1;
+        }
         assert!(shared.fork(policy).is_ok());
         let mut longer = model.cache(CachePolicy::DENSE).unwrap();
         generate::continue_nll(&model, &mut longer, &toks[..=s + w + 1], &dev, &mut |_| {})
@@ -274,6 +302,11 @@ fn eviction_with_rerotation_matches_a_fresh_forward_over_the_kept_tokens() {
             "{name}: rows evict"
         );
     }
+    // the models whose positions extend past model.ctx (all but the absolute ones)
+    assert!(
+        checked_dense >= 6,
+        "dense forward checked on {checked_dense} models"
+    );
 }
 
 /// StreamingLLM's dense control runs past the training context where the positions are

@@ -37,10 +37,10 @@ impl Out {
 }
 
 /// A matrix operand: data, row stride, column stride (elements).
-type Operand<'a> = (&'a [f32], isize, isize);
+pub(super) type Operand<'a> = (&'a [f32], isize, isize);
 
 /// `C = A B` into a fresh buffer, A (m × k) and B (k × n) by (data, row stride, column stride).
-fn product((m, n, k): (usize, usize, usize), a: Operand, b: Operand) -> Vec<f32> {
+pub(super) fn product((m, n, k): (usize, usize, usize), a: Operand, b: Operand) -> Vec<f32> {
     let mut c = Vec::<f32>::with_capacity(m * n);
     if k == 0 {
         c.resize(m * n, 0.0);
@@ -172,8 +172,9 @@ mod tests {
 
     #[test]
     fn the_three_products_match_loops_in_both_layouts_and_split_by_columns() {
-        // (5, 7, 3): one thread; (2, 300, 260): a narrow product split by columns
-        for (n, i, o) in [(5, 7, 3), (2, 300, 260)] {
+        // (5, 7, 3): one thread; (2, 300, 260) and (9, 300, 260): narrow products split by
+        // columns
+        for (n, i, o) in [(5, 7, 3), (2, 300, 260), (9, 300, 260)] {
             let x: Vec<f32> = (0..n * i).map(|v| (v as f32 * 0.37).sin()).collect();
             let w: Vec<f32> = (0..i * o).map(|v| (v as f32 * 0.11).cos()).collect();
             let wt: Vec<f32> = (0..o * i).map(|v| w[(v % i) * o + v / i]).collect(); // (out × in)

@@ -6,6 +6,7 @@ pub mod adamw;
 pub mod attention;
 pub mod gemm;
 pub mod glu;
+pub mod head_xent;
 pub mod linear;
 pub mod norm;
 pub mod xent;
