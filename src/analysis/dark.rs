@@ -79,6 +79,12 @@ pub struct FilterResult {
     pub nll: f64,
     pub delta_nll: f64,
     pub sink1: Option<f64>,
+    /// Set when this filter, rounded to f32 as it is applied, is the same matrix as an earlier
+    /// family's at the same site and k (tied embeddings: `Φ_e = Φ`, and `Ψ = Φ` to f64
+    /// rounding): its NLL and Sink₁ are that family's, which the deterministic forward would
+    /// reproduce bit for bit, so it is not evaluated again.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub same_as: Option<String>,
 }
 
 /// The filter families swept over k, in print order.
@@ -211,21 +217,16 @@ pub fn dark(run: &OpenRun, o: &DarkOptions, log: &mut dyn FnMut(&str)) -> Result
         let mut first = vec![0.0; n_bands];
         let mut rest = vec![0.0; n_bands];
         let (mut dr_first, mut dr_rest) = (0.0, 0.0);
-        for bi in 0..b {
-            for ti in 0..t {
-                let h: Vec<f64> = x.data[(bi * t + ti) * dd..(bi * t + ti + 1) * dd]
-                    .iter()
-                    .map(|&z| z as f64)
-                    .collect();
-                let e = bu.band_energy(&h);
-                let dr = bu.dark_ratio(&h);
-                if ti == 0 {
-                    first.iter_mut().zip(&e).for_each(|(a, b)| *a += b);
-                    dr_first += dr;
-                } else {
-                    rest.iter_mut().zip(&e).for_each(|(a, b)| *a += b);
-                    dr_rest += dr;
-                }
+        let rows: Vec<f64> = x.data[..b * t * dd].iter().map(|&z| z as f64).collect();
+        for (i, e) in bu.band_energies(&rows).into_iter().enumerate() {
+            let ti = i % t;
+            let dr = crate::dark::dark_ratio_of_share(e[n_bands - 1]);
+            if ti == 0 {
+                first.iter_mut().zip(&e).for_each(|(a, b)| *a += b);
+                dr_first += dr;
+            } else {
+                rest.iter_mut().zip(&e).for_each(|(a, b)| *a += b);
+                dr_rest += dr;
             }
         }
         first.iter_mut().for_each(|x| *x /= b as f64);
@@ -350,6 +351,7 @@ pub fn dark(run: &OpenRun, o: &DarkOptions, log: &mut dyn FnMut(&str)) -> Result
             nll,
             delta_nll: nll - base,
             sink1: s,
+            same_as: None,
         }
     };
     results.push(eval(
@@ -363,6 +365,8 @@ pub fn dark(run: &OpenRun, o: &DarkOptions, log: &mut dyn FnMut(&str)) -> Result
     for (layer, at) in &sites {
         let r = restart(at);
         for &k in &ks {
+            // the filters of this k as applied (f32), with their family and result
+            let mut applied: Vec<(Vec<f32>, &str, f64, Option<f64>)> = Vec::new();
             for family in FAMILIES {
                 let m = match family {
                     "Φ" => bu.phi(k),
@@ -371,11 +375,41 @@ pub fn dark(run: &OpenRun, o: &DarkOptions, log: &mut dyn FnMut(&str)) -> Result
                     "Φ_e" => be.phi(k),
                     _ => rand_bands.phi(k),
                 };
-                results.push(eval(&r, family, *layer, at, Some(k), &m));
+                let m32: Vec<f32> = m.iter().map(|&x| x as f32).collect();
+                if let Some(&(_, of, nll, sink1)) = applied.iter().find(|a| a.0 == m32) {
+                    bar.inc(1);
+                    results.push(FilterResult {
+                        filter: family.to_string(),
+                        layer: *layer,
+                        k: Some(k),
+                        nll,
+                        delta_nll: nll - base,
+                        sink1,
+                        same_as: Some(of.to_string()),
+                    });
+                    continue;
+                }
+                let res = eval(&r, family, *layer, at, Some(k), &m);
+                applied.push((m32, family, res.nll, res.sink1));
+                results.push(res);
             }
         }
     }
     bar.finish();
+    let reused = results.iter().filter(|r| r.same_as.is_some()).count();
+    if reused > 0 {
+        let mut pairs: Vec<String> = results
+            .iter()
+            .filter_map(|r| Some(format!("{} = {}", r.filter, r.same_as.as_ref()?)))
+            .collect();
+        pairs.sort();
+        pairs.dedup();
+        log(&format!(
+            "{reused} filters equal (in f32, as applied) to another family's at the same site \
+             and k reused its evaluation: {}",
+            pairs.join(", ")
+        ));
+    }
     let site_name = |l: Option<usize>| match l {
         Some(l) => format!("block input {l}"),
         None => "every block input".to_string(),

@@ -345,6 +345,7 @@ fn run_all_commands(dir: &Path, name: &str, overrides: &[&str]) -> PathBuf {
     for f in &filters[1..] {
         assert_eq!(f["layer"].as_u64(), Some(1), "{name}: {f}");
     }
+    same_as_is_consistent(filters, name);
     assert_eq!(
         dj["unembedding"].as_str(),
         Some("W_U"),
@@ -478,6 +479,58 @@ fn run_all_commands(dir: &Path, name: &str, overrides: &[&str]) -> PathBuf {
         "{name}: the analysis writes its own event file"
     );
     s.run_dir
+}
+
+/// A filter marked `same_as` another family carries that family's result at the same k, bit
+/// for bit, and the family it names was evaluated.
+fn same_as_is_consistent(filters: &[serde_json::Value], name: &str) {
+    for f in filters {
+        if let Some(of) = f.get("same_as").and_then(|x| x.as_str()) {
+            let twin = filters
+                .iter()
+                .find(|g| g["filter"] == of && g["k"] == f["k"] && g["layer"] == f["layer"])
+                .unwrap_or_else(|| panic!("{name}: {f} names no evaluated filter"));
+            assert!(twin.get("same_as").is_none(), "{name}: {twin}");
+            assert_eq!(twin["nll"], f["nll"], "{name}: {f} vs {twin}");
+            assert_eq!(twin["sink1"], f["sink1"], "{name}: {f} vs {twin}");
+        }
+    }
+}
+
+/// With a tied head W_E = W_U, so Φ_e_k is Φ_k exactly and is not evaluated twice; untied, the
+/// embedding's bands differ and every family is evaluated.
+#[test]
+fn dark_evaluates_a_filter_equal_to_another_once() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, head, reused) in [("tied", "tied", true), ("untied", "untied", false)] {
+        let exp = common::tiny_experiment(
+            dir.path(),
+            name,
+            &[&format!("model.head=\"{head}\""), "train.steps=4"],
+        );
+        let s = train::train(&exp, &quiet(), &mut |_| {}).unwrap();
+        let out = dir.path().join(format!("{name}_dark"));
+        let (code, text) = small_dark(
+            &s.run_dir.display().to_string(),
+            &out.display().to_string(),
+            &["--layer", "1"],
+        );
+        assert_eq!(code, 0, "{name}: {text}");
+        let dj = read_json(&out.join("dark.json"));
+        let filters = dj["filters"].as_array().unwrap();
+        assert_eq!(filters.len(), 1 + 5 * 2, "{name}");
+        same_as_is_consistent(filters, name);
+        let phi_e: Vec<_> = filters.iter().filter(|f| f["filter"] == "Φ_e").collect();
+        assert_eq!(phi_e.len(), 2, "{name}");
+        for f in phi_e {
+            assert_eq!(f.get("same_as").is_some(), reused, "{name}: {f}");
+        }
+        assert_eq!(
+            text.contains("reused its evaluation"),
+            reused,
+            "{name}: {text}"
+        );
+    }
 }
 
 #[test]
