@@ -17,7 +17,8 @@
 #          within each entry's tolerance (scripts/compare_runs.py)
 #   bench  `sinklab bench` of experiments/gu60m.toml's model (d 768, 10 layers, 8 heads, SwiGLU
 #          1536, RoPE, ctx 2048, vocab 50,432; one micro-batch of 8 × 2048 tokens per step) for
-#          every BENCH_VARIANTS entry (cuda at f32/bf16/f16, wgpu at f32/f16): tokens/s and MFU
+#          every BENCH_VARIANTS entry (cuda at f32/bf16/f16, wgpu at f32/f16; at f32 with
+#          sinklab's fused attention kernel and with the explicit path): tokens/s and MFU
 #   torch  scripts/bench_torch.py on the same shape and step: fp32 with hand-written attention
 #          (sinklab's maths), the same with TF32 matmuls, bf16 autocast + SDPA (what a PyTorch
 #          user runs), and torch.compile of that
@@ -46,13 +47,14 @@ TORCH_PY="${TORCH_PY:-python3}"      # a Python with PyTorch (CUDA build)
 # (10-bit mantissa; before fusion and autotune, wgpu on an H100 stayed within 0.011, ≈2e-3
 # relative, of flex's train loss over 100 steps); bf16 (8-bit mantissa) 3e-2 and f16 2e-2, since
 # two backends round the same products after summing in different orders.
-# Flags are split on spaces (no space inside a value). model.attention.kernel = "fused" is
-# Burn's functional attention (flash kernel only for inference, with autotune; training takes
-# Burn's decomposed fallback), not a fused training op (issue 29.4, not written yet).
+# Flags are split on spaces (no space inside a value). At f32 the default attention is
+# sinklab's fused kernel (model.attention.kernel = "fused": on cuda and wgpu the CubeCL half,
+# src/kernels/cube/attention.rs); "-manual" runs the explicit path (the (T, T) weights written
+# out with Burn's ops). Under bf16/f16 the explicit path runs either way (the kernel is f32).
 TRAIN_VARIANTS=(
   "cuda|--device cuda|2e-2|flex"
   "wgpu|--device wgpu|2e-2|flex"
-  "cuda-burn-attn|--device cuda --set model.attention.kernel=\"fused\"|2e-2|flex"
+  "cuda-manual|--device cuda --set model.attention.kernel=\"manual\"|2e-2|flex"
   "cuda-bf16|--device cuda --set train.precision=\"bf16\"|3e-2|flex-bf16"
   "cuda-f16|--device cuda --set train.precision=\"f16\"|2e-2|flex-f16"
   "wgpu-f16|--device wgpu --set train.precision=\"f16\"|2e-2|flex-f16"
@@ -70,8 +72,8 @@ BENCH_VARIANTS=(
   "cuda-f16|--device cuda --set train.precision=\"f16\""
   "wgpu|--device wgpu"
   "wgpu-f16|--device wgpu --set train.precision=\"f16\""
-  "cuda-burn-attn|--device cuda --set model.attention.kernel=\"fused\""
-  "cuda-bf16-burn-attn|--device cuda --set train.precision=\"bf16\" --set model.attention.kernel=\"fused\""
+  "cuda-manual|--device cuda --set model.attention.kernel=\"manual\""
+  "wgpu-manual|--device wgpu --set model.attention.kernel=\"manual\""
 )
 # PyTorch peers: "NAME|bench_torch.py flags|peak (fp32, tf32 or bf16)".
 TORCH_VARIANTS=(

@@ -2,9 +2,14 @@
 # Proves "switch the backend with a cargo feature" and the wgpu half of mixed precision:
 # builds sinklab with both GPU features, `wgpu` and `cuda` (next to the default `flex`; each with
 # Burn's fusion and autotune), in the `smoke` profile (Cargo.toml: release at opt-level 0, same
-# target directory), then with experiments/ci/wgpu_smoke.toml, from the same initial weights:
-#   1. f32: 3 steps on wgpu (smoke binary) and on flex (release binary); the per-step training
-#      losses, the final validation loss and the norm ratio agree (relative difference < 1e-3);
+# target directory), then
+#   0. tests/cube_attention.rs: sinklab's CubeCL attention kernel (src/kernels/cube/) on the
+#      wgpu device against the explicit computation on flex, values and gradients of q, k, v and
+#      the extra logit, on every variant it covers (relative 2e-5);
+# and with experiments/ci/wgpu_smoke.toml, from the same initial weights:
+#   1. f32: 3 steps on wgpu (smoke binary; attention by the CubeCL kernel) and on flex (release
+#      binary; the CPU kernel); the per-step training losses, the final validation loss and the
+#      norm ratio agree (relative difference < 1e-3);
 #   2. f16 (train.precision = "f16": matrix products in f16, f32 master weights, dynamic loss
 #      scaling): the same 3 steps on wgpu and on flex, compared the same way with a relative
 #      tolerance of 1e-2 (two f16 backends round the same products in different orders; the
@@ -25,6 +30,8 @@ bash scripts/setup_cuda_build.sh
 CARGO_TARGET_DIR="$target" cargo build --release --locked
 CARGO_TARGET_DIR="$target" cargo build --profile smoke --locked --features wgpu,cuda
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$(mktemp -d)}"
+echo "wgpu smoke: the CubeCL attention kernel against the explicit path (tests/cube_attention.rs)"
+CARGO_TARGET_DIR="$target" cargo test --profile smoke --locked --features wgpu,cuda --test cube_attention -- --nocapture
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 

@@ -19,7 +19,7 @@
 
 use super::Coverage;
 use crate::config::{
-    ModelConfig, NormaliserConfig, PositionsConfig, Precision, ShapingConfig, SpaConfig,
+    DeviceKind, ModelConfig, NormaliserConfig, PositionsConfig, Precision, ShapingConfig, SpaConfig,
 };
 use burn::tensor::Tensor;
 use std::sync::Arc;
@@ -46,6 +46,43 @@ pub fn covers(m: &ModelConfig) -> Coverage {
         why.push("U-SPA / E-SPA add a logit bias and rescale rows".to_string());
     }
     if why.is_empty() { Ok(()) } else { Err(why) }
+}
+
+/// Whether the attention kernel runs on a device: flex (the CPU half) and the CubeCL
+/// backends wgpu and cuda (the Cube half, [`super::cube::attention`]), each where its cargo
+/// feature is compiled in and [`super::SWITCH`] leaves the kernels on.
+pub fn runs_on(device: DeviceKind) -> Coverage {
+    let built = match device {
+        DeviceKind::Flex => cfg!(feature = "flex"),
+        DeviceKind::Wgpu => cfg!(feature = "wgpu"),
+        DeviceKind::Cuda => cfg!(feature = "cuda"),
+    };
+    if !super::enabled() {
+        Err(vec![format!("{}=0 turns them off", super::SWITCH)])
+    } else if built {
+        Ok(())
+    } else {
+        Err(vec![format!(
+            "run.device = \"{}\" is not compiled in",
+            device.name()
+        )])
+    }
+}
+
+/// Whether a live tensor's device is one the attention kernel runs on (flex or a CubeCL
+/// device, with or without autodiff) and [`super::SWITCH`] leaves the kernels on.
+pub fn on_device(device: &burn::tensor::Device) -> bool {
+    if super::on_device(device) {
+        return true;
+    }
+    #[cfg(any(feature = "wgpu", feature = "cuda"))]
+    return super::enabled()
+        && matches!(
+            device.clone().inner().as_dispatch(),
+            burn::backend::DispatchDevice::Cube(_)
+        );
+    #[cfg(not(any(feature = "wgpu", feature = "cuda")))]
+    false
 }
 
 /// The attention kernel computes in f32: under mixed precision the explicit path runs (its
@@ -123,21 +160,21 @@ impl Plan {
 }
 
 /// (B, H, Q, d_h) q, (B, H, C, d_h) k and v (slot columns first), the extra logit z (H; −inf
-/// for none) → (B, H, Q, d_h). Only on devices [`super::on_device`] accepts.
+/// for none) → (B, H, Q, d_h). Only on devices [`on_device`] accepts.
 pub fn forward(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, z: Tensor<1>, plan: &Plan) -> Tensor<4> {
-    #[cfg(feature = "flex")]
+    #[cfg(any(feature = "flex", feature = "wgpu", feature = "cuda"))]
     {
         let dh = q.dims()[3];
-        let args = super::ops::AttnArgs {
+        let args = super::attention_op::AttnArgs {
             scale: 1.0 / (dh as f32).sqrt(),
             runs: plan.runs.clone(),
             bias: plan.bias.clone(),
         };
-        super::ops::attention(q, k, v, z, args)
+        super::attention_op::attention(q, k, v, z, args)
     }
-    #[cfg(not(feature = "flex"))]
+    #[cfg(not(any(feature = "flex", feature = "wgpu", feature = "cuda")))]
     {
         let _ = (q, k, v, z, plan);
-        unreachable!("the kernels run only on flex (kernels::on_device)")
+        unreachable!("no backend is compiled in")
     }
 }

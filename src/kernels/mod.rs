@@ -6,17 +6,25 @@
 //!
 //! Each kernel is one Burn operation with a hand-written backward (Burn's backend extensions,
 //! [`ops`]): a CPU half on `Flex` ([`cpu`], host code on slices, vectorised with [`simd`]),
-//! and — the GPU issue's part — a `Cube` half beside it. Backends without an implementation
-//! keep the explicit path, unchanged ([`runs_on`]).
+//! and a `Cube` half for the GPU backends ([`cube`], CubeCL kernels; today the attention
+//! kernel only). Backends without an implementation keep the explicit path, unchanged
+//! ([`runs_on`], [`attention::runs_on`]).
 //!
 //! - [`attention`]: softmax attention in tiles with an online softmax, forward and backward,
 //!   without the T × T weights (`model.attention.kernel = "fused"`).
 //! - [`ops::cross_entropy`]: the softmax cross-entropy over the vocabulary in one pass each
 //!   way (always on where the kernels run).
+//! - [`ops::linear`], [`ops::norm`], [`ops::glu`], [`ops::rope`], [`ops::adamw`]: the linear
+//!   layers, RMSNorm/LayerNorm, gated FFNs, RoPE and AdamW, each in one pass each way (always on
+//!   where the kernels run).
 
 pub mod attention;
+#[cfg(any(feature = "flex", feature = "wgpu", feature = "cuda"))]
+pub mod attention_op;
 #[cfg(feature = "flex")]
 pub mod cpu;
+#[cfg(any(feature = "wgpu", feature = "cuda"))]
+pub mod cube;
 #[cfg(feature = "flex")]
 pub mod ops;
 pub mod simd;
@@ -83,11 +91,17 @@ pub fn summary(m: &ModelConfig, device: DeviceKind, precision: Precision) -> Opt
         AttentionKernel::Manual => return place.is_ok().then_some(xent),
         AttentionKernel::Fused => match (
             attention::covers(m),
-            place.and(attention::covers_precision(precision)),
+            attention::runs_on(device).and(attention::covers_precision(precision)),
         ) {
-            (Ok(()), Ok(())) => "attention: the fused kernel (training and evaluation; the probe \
-                                 path and cached decoding keep the explicit weights)"
-                .to_string(),
+            (Ok(()), Ok(())) => format!(
+                "attention: the fused kernel ({}; training and evaluation; the probe path and \
+                 cached decoding keep the explicit weights)",
+                if device == DeviceKind::Flex {
+                    "CPU half"
+                } else {
+                    "CubeCL half"
+                }
+            ),
             (Err(why), _) | (Ok(()), Err(why)) => format!(
                 "attention: kernel = \"fused\" does not cover this model ({}): the explicit \
                  path runs",
@@ -135,6 +149,36 @@ pub fn glu<const D: usize>(
     let n = dims[..D - 1].iter().product();
     let f = dims[D - 1];
     ops::glu(a.reshape([n, f]), b.reshape([n, f]), act).reshape(dims)
+}
+
+/// RoPE on (B, H, S, d_h) x by [`cpu::rope`] with the tables cos, sin (…, S, r/2); only where
+/// [`on_device`] holds and x is f32.
+#[cfg(feature = "flex")]
+pub fn rope(
+    x: burn::tensor::Tensor<4>,
+    cos: &burn::tensor::Tensor<4>,
+    sin: &burn::tensor::Tensor<4>,
+    r: usize,
+    pairing: crate::config::RopePairing,
+) -> burn::tensor::Tensor<4> {
+    use cpu::rope::Pairing;
+    let dims = x.dims();
+    let [s, half] = [cos.dims()[2], cos.dims()[3]];
+    let args = ops::RopeArgs {
+        r,
+        pairing: match pairing {
+            crate::config::RopePairing::Halves => Pairing::Halves,
+            crate::config::RopePairing::Adjacent => Pairing::Adjacent,
+        },
+    };
+    let table = |t: &burn::tensor::Tensor<4>| t.clone().reshape([s, half]);
+    ops::rope(
+        x.reshape([dims[0] * dims[1] * dims[2], dims[3]]),
+        table(cos),
+        table(sin),
+        args,
+    )
+    .reshape(dims)
 }
 
 /// RMSNorm / LayerNorm over the last dimension by [`cpu::norm`] (`b` unused by RMSNorm); only

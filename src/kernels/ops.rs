@@ -1,14 +1,15 @@
-//! The kernels as Burn operations: a backend extension ([`KernelOps`], Burn's
+//! The CPU kernels as Burn operations: a backend extension ([`KernelOps`], Burn's
 //! `#[backend_extension]`) with a CPU half on `Flex` and a hand-written backward on `Autodiff`,
-//! and the `Tensor` functions the model calls.
+//! and the `Tensor` functions the model calls. (The attention kernel, which also has a `Cube`
+//! half, is its own extension: [`super::attention_op`].)
 //!
 //! Two traits split the work. [`KernelPrimitives`] is what a backend implements: each kernel's
 //! forward (returning what its backward needs) and backward, on the backend's own tensors —
-//! `Flex` by the host code of [`super::cpu`] (the GPU issue adds the `Cube` half beside it).
-//! [`KernelOps`] is the dispatched, differentiable operation: on a plain backend it runs the
-//! forward, on `Autodiff<B>` it runs the forward and records a backward node that calls
-//! `B`'s backward. Only devices [`super::runs_on`] accepts reach these functions; any other
-//! device keeps the explicit path (calling an extension on an unlisted backend panics).
+//! `Flex` by the host code of [`super::cpu`]. [`KernelOps`] is the dispatched, differentiable
+//! operation: on a plain backend it runs the forward, on `Autodiff<B>` it runs the forward and
+//! records a backward node that calls `B`'s backward. Only devices [`super::runs_on`] accepts
+//! reach these functions; any other device keeps the explicit path (calling an extension on an
+//! unlisted backend panics).
 
 use super::cpu;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
@@ -19,26 +20,20 @@ use burn::backend::flex::{Flex, FlexTensor, Layout};
 use burn::backend::tensor::{FloatTensor, IntTensor};
 use burn::backend::{Autodiff, Backend, DType, Dispatch, TensorMetadata, backend_extension};
 use burn::tensor::{Int, Shape, Tensor};
-use std::sync::Arc;
 
-/// What the attention kernel needs besides q, k, v and the extra logit (see
-/// [`cpu::attention`]): the score scale, the visible key columns of every query row, and an
-/// additive logit bias (ALiBi), shared by the batch.
-#[derive(Debug, Clone)]
-pub struct AttnArgs {
-    /// Multiplies q·k (1/√d_h).
-    pub scale: f32,
-    /// Per query row, up to two half-open runs `[start, end)` of visible key columns (an
-    /// empty run is `[0, 0]`).
-    pub runs: Arc<Vec<[[u32; 2]; 2]>>,
-    /// (H, Q, C) row-major, added to the scaled scores of visible keys; None: no bias.
-    pub bias: Option<Arc<Vec<f32>>>,
-}
+pub use super::attention_op::AttnArgs;
 
 /// The activation of a gated feed-forward product ([`cpu::glu`]).
 pub use cpu::glu::Act;
 /// How a linear kernel's weight is stored ([`cpu::linear`]).
 pub use cpu::linear::WeightLayout;
+
+/// The rotated width r and the pairing of a rotary embedding ([`cpu::rope`]).
+#[derive(Debug, Clone, Copy)]
+pub struct RopeArgs {
+    pub r: usize,
+    pub pairing: cpu::rope::Pairing,
+}
 
 /// A normalisation's kind and ε ([`cpu::norm`]).
 #[derive(Debug, Clone, Copy)]
@@ -49,26 +44,6 @@ pub struct NormArgs {
 
 /// The per-backend half of every kernel (host tensors in, host tensors out).
 pub trait KernelPrimitives: Backend {
-    /// Attention forward: (out (B, H, Q, D), lse (B, H, Q)).
-    fn attention_forward(
-        q: FloatTensor<Self>,
-        k: FloatTensor<Self>,
-        v: FloatTensor<Self>,
-        z: FloatTensor<Self>,
-        args: &AttnArgs,
-    ) -> (FloatTensor<Self>, FloatTensor<Self>);
-    /// Attention backward: (∂q, ∂k, ∂v, ∂z).
-    #[allow(clippy::too_many_arguments)]
-    fn attention_backward(
-        q: FloatTensor<Self>,
-        k: FloatTensor<Self>,
-        v: FloatTensor<Self>,
-        z: FloatTensor<Self>,
-        out: FloatTensor<Self>,
-        lse: FloatTensor<Self>,
-        grad: FloatTensor<Self>,
-        args: &AttnArgs,
-    ) -> [FloatTensor<Self>; 4];
     /// x (N, in) · W (W stored as `lay` says).
     fn linear_forward(
         x: FloatTensor<Self>,
@@ -107,6 +82,15 @@ pub trait KernelPrimitives: Backend {
         grad: FloatTensor<Self>,
         args: NormArgs,
     ) -> [FloatTensor<Self>; 3];
+    /// x (N, d) rotated by the tables cos, sin (S, r/2) (row n at position n mod S); by −θ
+    /// when `inverse` (the backward).
+    fn rope_apply(
+        x: FloatTensor<Self>,
+        cos: FloatTensor<Self>,
+        sin: FloatTensor<Self>,
+        args: RopeArgs,
+        inverse: bool,
+    ) -> FloatTensor<Self>;
     /// Cross-entropy forward: (loss (1), lse (N)).
     fn xent_forward(
         logits: FloatTensor<Self>,
@@ -126,15 +110,6 @@ pub trait KernelPrimitives: Backend {
 /// The dispatched, differentiable kernels.
 #[backend_extension(Flex, Autodiff)]
 pub trait KernelOps: Backend {
-    /// q (B, H, Q, D), k and v (B, H, C, D), z (H) → (B, H, Q, D): softmax attention over the
-    /// visible keys plus one extra logit z_h per row whose value is 0 (−inf: none).
-    fn fused_attention(
-        q: FloatTensor<Self>,
-        k: FloatTensor<Self>,
-        v: FloatTensor<Self>,
-        z: FloatTensor<Self>,
-        args: AttnArgs,
-    ) -> FloatTensor<Self>;
     /// x (N, in), W (in, out) or Wᵀ (out, in) as `lay` says → x W (N, out).
     fn fused_linear(
         x: FloatTensor<Self>,
@@ -150,6 +125,13 @@ pub trait KernelOps: Backend {
         b: FloatTensor<Self>,
         args: NormArgs,
     ) -> FloatTensor<Self>;
+    /// x (N, d), constant tables cos, sin (S, r/2) → x rotated (row n at position n mod S).
+    fn fused_rope(
+        x: FloatTensor<Self>,
+        cos: FloatTensor<Self>,
+        sin: FloatTensor<Self>,
+        args: RopeArgs,
+    ) -> FloatTensor<Self>;
     /// logits (N, V), targets (N), weights (N) → `Σ_i w_i (−log softmax(x_i)[t_i])` (1).
     fn fused_xent(
         logits: FloatTensor<Self>,
@@ -159,14 +141,8 @@ pub trait KernelOps: Backend {
 }
 
 impl KernelOps for Flex {
-    fn fused_attention(
-        q: FlexTensor,
-        k: FlexTensor,
-        v: FlexTensor,
-        z: FlexTensor,
-        args: AttnArgs,
-    ) -> FlexTensor {
-        Self::attention_forward(q, k, v, z, &args).0
+    fn fused_rope(x: FlexTensor, cos: FlexTensor, sin: FlexTensor, args: RopeArgs) -> FlexTensor {
+        Self::rope_apply(x, cos, sin, args, false)
     }
     fn fused_linear(x: FlexTensor, w: FlexTensor, lay: WeightLayout) -> FlexTensor {
         Self::linear_forward(x, w, lay)
@@ -183,47 +159,6 @@ impl KernelOps for Flex {
 }
 
 impl<B: KernelPrimitives, C: CheckpointStrategy> KernelOps for Autodiff<B, C> {
-    fn fused_attention(
-        q: FloatTensor<Self>,
-        k: FloatTensor<Self>,
-        v: FloatTensor<Self>,
-        z: FloatTensor<Self>,
-        args: AttnArgs,
-    ) -> FloatTensor<Self> {
-        #[derive(Debug)]
-        struct AttentionBackward;
-        type Saved<B> = ([FloatTensor<B>; 6], AttnArgs);
-        impl<B: KernelPrimitives> Backward<B, 4> for AttentionBackward {
-            type State = Saved<B>;
-            fn backward(self, ops: Ops<Saved<B>, 4>, grads: &mut Gradients, _: &mut Checkpointer) {
-                let grad = grads.consume::<B>(&ops.node);
-                let ([q, k, v, z, out, lse], args) = ops.state;
-                let d = B::attention_backward(q, k, v, z, out, lse, grad, &args);
-                for (parent, g) in ops.parents.into_iter().zip(d) {
-                    if let Some(node) = parent {
-                        grads.register::<B>(node.id, g);
-                    }
-                }
-            }
-        }
-        let nodes = [q.node(), k.node(), v.node(), z.node()];
-        let (q, k, v, z) = (
-            q.into_primitive(),
-            k.into_primitive(),
-            v.into_primitive(),
-            z.into_primitive(),
-        );
-        let (out, lse) = B::attention_forward(q.clone(), k.clone(), v.clone(), z.clone(), &args);
-        match AttentionBackward
-            .prepare::<C>(nodes)
-            .compute_bound()
-            .stateful()
-        {
-            OpsKind::Tracked(prep) => prep.finish(([q, k, v, z, out.clone(), lse], args), out),
-            OpsKind::UnTracked(prep) => prep.finish(out),
-        }
-    }
-
     fn fused_linear(
         x: FloatTensor<Self>,
         w: FloatTensor<Self>,
@@ -327,6 +262,39 @@ impl<B: KernelPrimitives, C: CheckpointStrategy> KernelOps for Autodiff<B, C> {
         }
     }
 
+    fn fused_rope(
+        x: FloatTensor<Self>,
+        cos: FloatTensor<Self>,
+        sin: FloatTensor<Self>,
+        args: RopeArgs,
+    ) -> FloatTensor<Self> {
+        #[derive(Debug)]
+        struct RopeBackward;
+        type Saved<B> = (FloatTensor<B>, FloatTensor<B>, RopeArgs);
+        impl<B: KernelPrimitives> Backward<B, 1> for RopeBackward {
+            type State = Saved<B>;
+            fn backward(self, ops: Ops<Saved<B>, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+                let grad = grads.consume::<B>(&ops.node);
+                let (cos, sin, args) = ops.state;
+                if let [Some(node)] = ops.parents {
+                    // the tables are constants: only x has a gradient (rotation by −θ)
+                    grads.register::<B>(node.id, B::rope_apply(grad, cos, sin, args, true));
+                }
+            }
+        }
+        let nodes = [x.node()];
+        let (x, cos, sin) = (
+            x.into_primitive(),
+            cos.into_primitive(),
+            sin.into_primitive(),
+        );
+        let y = B::rope_apply(x, cos.clone(), sin.clone(), args, false);
+        match RopeBackward.prepare::<C>(nodes).compute_bound().stateful() {
+            OpsKind::Tracked(prep) => prep.finish((cos, sin, args), y),
+            OpsKind::UnTracked(prep) => prep.finish(y),
+        }
+    }
+
     fn fused_xent(
         logits: FloatTensor<Self>,
         targets: IntTensor<Self>,
@@ -357,7 +325,7 @@ impl<B: KernelPrimitives, C: CheckpointStrategy> KernelOps for Autodiff<B, C> {
 }
 
 /// A Flex tensor's f32 values in row-major order (copied only when not contiguous).
-fn host(t: &FlexTensor) -> std::borrow::Cow<'_, [f32]> {
+pub(super) fn host(t: &FlexTensor) -> std::borrow::Cow<'_, [f32]> {
     assert_eq!(t.dtype(), DType::F32, "the CPU kernels run in f32");
     match t.as_slice::<f32>() {
         Some(s) => std::borrow::Cow::Borrowed(s),
@@ -377,60 +345,13 @@ fn host_ids(t: &FlexTensor) -> Vec<u32> {
 }
 
 /// A contiguous f32 Flex tensor of `shape` holding `data`.
-fn flex(data: Vec<f32>, shape: &[usize]) -> FlexTensor {
+pub(super) fn flex(data: Vec<f32>, shape: &[usize]) -> FlexTensor {
     let shape = Shape::from(shape.to_vec());
     let bytes = burn::tensor::Bytes::from_elems(data);
     FlexTensor::new(bytes, Layout::contiguous(shape), DType::F32)
 }
 
 impl KernelPrimitives for Flex {
-    fn attention_forward(
-        q: FlexTensor,
-        k: FlexTensor,
-        v: FlexTensor,
-        z: FlexTensor,
-        args: &AttnArgs,
-    ) -> (FlexTensor, FlexTensor) {
-        let dims = cpu::attention::Dims::of(q.shape().as_slice(), k.shape().as_slice());
-        let (out, lse) =
-            cpu::attention::forward(&host(&q), &host(&k), &host(&v), &host(&z), dims, args);
-        let [b, h, nq, d] = [dims.b, dims.h, dims.q, dims.d];
-        (flex(out, &[b, h, nq, d]), flex(lse, &[b, h, nq]))
-    }
-
-    fn attention_backward(
-        q: FlexTensor,
-        k: FlexTensor,
-        v: FlexTensor,
-        z: FlexTensor,
-        out: FlexTensor,
-        lse: FlexTensor,
-        grad: FlexTensor,
-        args: &AttnArgs,
-    ) -> [FlexTensor; 4] {
-        let dims = cpu::attention::Dims::of(q.shape().as_slice(), k.shape().as_slice());
-        let g = cpu::attention::backward(
-            cpu::attention::Saved {
-                q: &host(&q),
-                k: &host(&k),
-                v: &host(&v),
-                z: &host(&z),
-                out: &host(&out),
-                lse: &host(&lse),
-            },
-            &host(&grad),
-            dims,
-            args,
-        );
-        let (b, h, nq, c, d) = (dims.b, dims.h, dims.q, dims.c, dims.d);
-        [
-            flex(g.dq, &[b, h, nq, d]),
-            flex(g.dk, &[b, h, c, d]),
-            flex(g.dv, &[b, h, c, d]),
-            flex(g.dz, &[h]),
-        ]
-    }
-
     fn linear_forward(x: FlexTensor, w: FlexTensor, lay: WeightLayout) -> FlexTensor {
         let [n, d_in] = two(&x);
         let d_out = w.shape().num_elements() / d_in;
@@ -506,6 +427,26 @@ impl KernelPrimitives for Flex {
         ]
     }
 
+    fn rope_apply(
+        x: FlexTensor,
+        cos: FlexTensor,
+        sin: FlexTensor,
+        args: RopeArgs,
+        inverse: bool,
+    ) -> FlexTensor {
+        let [n, d] = two(&x);
+        let y = cpu::rope::apply(
+            &host(&x),
+            &host(&cos),
+            &host(&sin),
+            d,
+            args.r,
+            args.pairing,
+            inverse,
+        );
+        flex(y, &[n, d])
+    }
+
     fn xent_forward(
         logits: FlexTensor,
         targets: FlexTensor,
@@ -546,29 +487,22 @@ fn two(t: &FlexTensor) -> [usize; 2] {
     }
 }
 
-/// [`KernelOps::fused_attention`] on tensors: q (B, H, Q, D), k and v (B, H, C, D), z (H).
-pub fn attention(
-    q: Tensor<4>,
-    k: Tensor<4>,
-    v: Tensor<4>,
-    z: Tensor<1>,
-    args: AttnArgs,
-) -> Tensor<4> {
-    Tensor::from_dispatch(<Dispatch as KernelOps>::fused_attention(
-        q.into_dispatch(),
-        k.into_dispatch(),
-        v.into_dispatch(),
-        z.into_dispatch(),
-        args,
-    ))
-}
-
 /// [`KernelOps::fused_xent`] on tensors: logits (N, V), targets (N), weights (N) → (1).
 pub fn cross_entropy(logits: Tensor<2>, targets: Tensor<1, Int>, weights: Tensor<1>) -> Tensor<1> {
     Tensor::from_dispatch(<Dispatch as KernelOps>::fused_xent(
         logits.into_dispatch(),
         targets.into_dispatch(),
         weights.into_dispatch(),
+    ))
+}
+
+/// [`KernelOps::fused_rope`] on tensors: x (N, d), cos and sin (S, r/2) → (N, d).
+pub fn rope(x: Tensor<2>, cos: Tensor<2>, sin: Tensor<2>, args: RopeArgs) -> Tensor<2> {
+    Tensor::from_dispatch(<Dispatch as KernelOps>::fused_rope(
+        x.into_dispatch(),
+        cos.into_dispatch(),
+        sin.into_dispatch(),
+        args,
     ))
 }
 

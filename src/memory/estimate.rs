@@ -467,11 +467,12 @@ pub fn estimate(exp: &Experiment, vocab: usize, workers: usize) -> Estimate {
     let optimizer = F32 * k * p;
     let gradients = F32 * a_steps * p;
     let matrix = b * h * s * c; // one (B, H, S, C) attention matrix
-    // Where the CPU kernels run (crate::kernels): the fused attention keeps no (B, H, S, C)
-    // matrix (a log-sum-exp row per query, and one block per task in the backward), and the
-    // fused cross-entropy keeps the logits and their gradient only.
+    // Where the CPU kernels run (crate::kernels): the fused cross-entropy keeps the logits and
+    // their gradient only. Where the attention kernel runs (flex, wgpu, cuda): it keeps no
+    // (B, H, S, C) matrix (a log-sum-exp row per query, and one block per task in the
+    // backward on the CPU; nothing on the GPU).
     let kernels = crate::kernels::runs_on(exp.run.device).is_ok();
-    let fused = kernels
+    let fused = crate::kernels::attention::runs_on(exp.run.device).is_ok()
         && m.attention.kernel == AttentionKernel::Fused
         && crate::kernels::attention::covers(m).is_ok();
     let fused_train =

@@ -594,7 +594,7 @@ impl Attention {
         match &ctx.fused {
             Some(plan)
                 if ctx.compute.is_none()
-                    && crate::kernels::on_device(&q.device())
+                    && crate::kernels::attention::on_device(&q.device())
                     && !tap_changes(tap, HeadSite::Pattern) =>
             {
                 if tap_wants(tap, HeadSite::Pattern) {

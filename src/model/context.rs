@@ -370,6 +370,22 @@ pub(crate) fn rope(
     r: usize,
     pairing: RopePairing,
 ) -> Tensor<4> {
+    #[cfg(feature = "flex")]
+    if crate::kernels::on_device(&x.device()) && x.dtype() == burn::tensor::DType::F32 {
+        // one pass each way, bit-identical to rope_explicit (crate::kernels::cpu::rope)
+        return crate::kernels::rope(x, cos, sin, r, pairing);
+    }
+    rope_explicit(x, cos, sin, r, pairing)
+}
+
+/// [`rope`] by Burn's element-wise ops.
+fn rope_explicit(
+    x: Tensor<4>,
+    cos: &Tensor<4>,
+    sin: &Tensor<4>,
+    r: usize,
+    pairing: RopePairing,
+) -> Tensor<4> {
     let [b, h, s, dh] = x.dims();
     let half = r / 2;
     let rotated = match pairing {
@@ -400,5 +416,59 @@ pub(crate) fn rope(
         Tensor::cat(vec![rotated, x.narrow(3, r, dh - r)], 3)
     } else {
         rotated
+    }
+}
+
+#[cfg(all(test, feature = "flex"))]
+mod tests {
+    use super::*;
+
+    /// The RoPE kernel is bit-identical to Burn's element-wise ops, forward and backward, for
+    /// both pairings, a partial rotation and a table that starts past position 0.
+    #[test]
+    fn the_rope_kernel_is_bit_identical_to_the_explicit_ops() {
+        let dev = Device::flex().autodiff();
+        let (b, h, s, dh) = (2, 3, 5, 8);
+        let n = b * h * s * dh;
+        let x: Vec<f32> = (0..n)
+            .map(|i| ((i * 37 % 101) as f32 / 101.0 - 0.5) * 4.0)
+            .collect();
+        let g: Vec<f32> = (0..n)
+            .map(|i| ((i * 53 % 97) as f32 / 97.0 - 0.5) * 2.0)
+            .collect();
+        for (pairing, r) in [
+            (RopePairing::Halves, 8),
+            (RopePairing::Halves, 4),
+            (RopePairing::Adjacent, 8),
+            (RopePairing::Adjacent, 6),
+        ] {
+            let half = r / 2;
+            let table = |f: fn(f64) -> f64| {
+                let v: Vec<f32> = (0..s * half)
+                    .map(|k| f((3 + k / half) as f64 * 0.37f64.powi((k % half) as i32)) as f32)
+                    .collect();
+                Tensor::<2>::from_data(TensorData::new(v, [s, half]), &dev).unsqueeze::<4>()
+            };
+            let (cos, sin) = (table(f64::cos), table(f64::sin));
+            let run = |kernel: bool| {
+                let xt = Tensor::<4>::from_data(TensorData::new(x.clone(), [b, h, s, dh]), &dev)
+                    .require_grad();
+                let y = if kernel {
+                    crate::kernels::rope(xt.clone(), &cos, &sin, r, pairing)
+                } else {
+                    rope_explicit(xt.clone(), &cos, &sin, r, pairing)
+                };
+                let gt = Tensor::<4>::from_data(TensorData::new(g.clone(), [b, h, s, dh]), &dev);
+                let grads = (y.clone() * gt).sum().backward();
+                let dx = xt.grad(&grads).unwrap();
+                (
+                    y.into_data().try_into_vec::<f32>().unwrap(),
+                    dx.into_data().try_into_vec::<f32>().unwrap(),
+                )
+            };
+            let (want, got) = (run(false), run(true));
+            assert_eq!(want.0, got.0, "{pairing:?} r {r}: values");
+            assert_eq!(want.1, got.1, "{pairing:?} r {r}: gradients");
+        }
     }
 }

@@ -16,7 +16,7 @@
 //!
 //! A row that sees nothing (no visible key, no extra logit) gives o = 0 and lse = −inf.
 
-use super::super::ops::AttnArgs;
+use super::super::attention_op::AttnArgs;
 use super::super::simd::{dot, exp_sub_sum, max_of};
 use super::gemm;
 use rayon::prelude::*;

@@ -9,4 +9,5 @@ pub mod glu;
 pub mod head_xent;
 pub mod linear;
 pub mod norm;
+pub mod rope;
 pub mod xent;
