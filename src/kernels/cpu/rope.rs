@@ -35,7 +35,10 @@ pub fn apply(
     inverse: bool,
 ) -> Vec<f32> {
     let half = r / 2;
-    assert!(r <= d && r.is_multiple_of(2) && half > 0, "rope: r {r} of d {d}");
+    assert!(
+        r <= d && r.is_multiple_of(2) && half > 0,
+        "rope: r {r} of d {d}"
+    );
     assert_eq!(cos.len(), sin.len(), "rope: cos and sin tables");
     let s = cos.len() / half;
     assert_eq!(
