@@ -10,6 +10,8 @@
 #   1. f32: 3 steps on wgpu (smoke binary; attention by the CubeCL kernel) and on flex (release
 #      binary; the CPU kernel); the per-step training losses, the final validation loss and the
 #      norm ratio agree (relative difference < 1e-3);
+#   1b. the same at f32 with experiments/ci/wgpu_smoke_variants.toml (RoPE, a sink logit with
+#      softmax_n, a sinks + window mask: the CubeCL attention kernel's variants inside a model);
 #   2. f16 (train.precision = "f16": matrix products in f16, f32 master weights, dynamic loss
 #      scaling): the same 3 steps on wgpu and on flex, compared the same way with a relative
 #      tolerance of 1e-2 (two f16 backends round the same products in different orders; the
@@ -35,14 +37,14 @@ CARGO_TARGET_DIR="$target" cargo test --profile smoke --locked --features wgpu,c
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 
-train() { # DEVICE PRECISION
-  local dev="$1" precision="$2" bin="$target/release/sinklab" start
+train() { # DEVICE PRECISION [EXPERIMENT NAME]
+  local dev="$1" precision="$2" file="${3:-$exp}" name="${4:-$1-$2}" bin="$target/release/sinklab" start
   [ "$dev" = wgpu ] && bin="$target/smoke/sinklab"
-  echo "wgpu smoke: training on $dev at $precision"
+  echo "wgpu smoke: training $file on $dev at $precision"
   start=$(date +%s)
-  "$bin" train "$exp" --device "$dev" --quiet --set "train.precision=\"$precision\"" \
-    --set "run.out_dir=\"$tmp/runs\"" --set "run.name=\"$dev-$precision\"" --set "data.cache_dir=\"$tmp/cache\""
-  echo "wgpu smoke: $dev at $precision took $(( $(date +%s) - start )) s"
+  "$bin" train "$file" --device "$dev" --quiet --set "train.precision=\"$precision\"" \
+    --set "run.out_dir=\"$tmp/runs\"" --set "run.name=\"$name\"" --set "data.cache_dir=\"$tmp/cache\""
+  echo "wgpu smoke: $name took $(( $(date +%s) - start )) s"
 }
 for precision in f32 f16; do
   train flex "$precision"
@@ -50,6 +52,12 @@ for precision in f32 f16; do
 done
 python3 scripts/compare_runs.py "$tmp/runs/flex-f32/metrics.jsonl" "$tmp/runs/wgpu-f32/metrics.jsonl" \
   --names flex wgpu --label "wgpu smoke f32" --rtol 1e-3
+# The kernel's variants inside a model: RoPE, sink logit with softmax_n, sinks + window.
+variants=experiments/ci/wgpu_smoke_variants.toml
+train flex f32 "$variants" flex-variants
+train wgpu f32 "$variants" wgpu-variants
+python3 scripts/compare_runs.py "$tmp/runs/flex-variants/metrics.jsonl" "$tmp/runs/wgpu-variants/metrics.jsonl" \
+  --names flex wgpu --label "wgpu smoke f32, kernel variants" --rtol 1e-3
 python3 scripts/compare_runs.py "$tmp/runs/flex-f16/metrics.jsonl" "$tmp/runs/wgpu-f16/metrics.jsonl" \
   --names flex-f16 wgpu-f16 --label "wgpu smoke f16" --rtol 1e-2
 

@@ -4,7 +4,7 @@
 //! under autodiff. Values and the gradients of q, k, v and z agree to 2e-5 relative to each
 //! tensor's largest entry, on every variant the kernel covers: causal, softmax_n's n, a learned
 //! sink logit, slot columns in front (KV bias / memory), a sliding window, sinks + window, a
-//! prefix, ALiBi, and sizes that fill no launch exactly.
+//! prefix, ALiBi, rows of 130 keys × 64 dimensions, and sizes that fill no launch exactly.
 //!
 //! Built and run only with the `wgpu` feature (scripts/wgpu_smoke.sh:
 //! `cargo test --profile smoke --features wgpu,cuda --test cube_attention`).
@@ -71,6 +71,17 @@ fn cases() -> Vec<Case> {
         c("sinks + window", 0, sinks_window, Some(true), false),
         c("prefix", 0, prefix, None, false),
         c("alibi", 0, causal, None, true),
+        Case {
+            name: "long rows: 130 × 64, causal, alibi",
+            b: 1,
+            h: 2,
+            q: 130,
+            slots: 0,
+            d: 64,
+            runs: causal,
+            z: None,
+            bias: true,
+        },
         Case {
             name: "odd sizes: slots, window, sink logit, bias",
             b: 3,
