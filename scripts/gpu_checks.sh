@@ -17,8 +17,9 @@
 #          within each entry's tolerance (scripts/compare_runs.py)
 #   bench  `sinklab bench` of experiments/gu60m.toml's model (d 768, 10 layers, 8 heads, SwiGLU
 #          1536, RoPE, ctx 2048, vocab 50,432; one micro-batch of 8 × 2048 tokens per step) for
-#          every BENCH_VARIANTS entry (cuda at f32/bf16/f16, wgpu at f32/f16; at f32 with
-#          sinklab's fused attention kernel and with the explicit path): tokens/s and MFU
+#          every BENCH_VARIANTS entry (cuda at f32/bf16/f16, wgpu at f32/f16, each with
+#          sinklab's fused attention kernel; cuda f32/bf16 and wgpu f32 also with the explicit
+#          path): tokens/s and MFU
 #   torch  scripts/bench_torch.py on the same shape and step: fp32 with hand-written attention
 #          (sinklab's maths), the same with TF32 matmuls, bf16 autocast + SDPA (what a PyTorch
 #          user runs), and torch.compile of that
@@ -50,7 +51,8 @@ TORCH_PY="${TORCH_PY:-python3}"      # a Python with PyTorch (CUDA build)
 # Flags are split on spaces (no space inside a value). At f32 the default attention is
 # sinklab's fused kernel (model.attention.kernel = "fused": on cuda and wgpu the CubeCL half,
 # src/kernels/cube/attention.rs); "-manual" runs the explicit path (the (T, T) weights written
-# out with Burn's ops). Under bf16/f16 the explicit path runs either way (the kernel is f32).
+# out with Burn's ops). The CubeCL kernel also runs under bf16/f16 (q, k, v stored in the low
+# precision, its arithmetic in f32), so "-manual" is compared there too.
 TRAIN_VARIANTS=(
   "cuda|--device cuda|2e-2|flex"
   "wgpu|--device wgpu|2e-2|flex"
@@ -73,6 +75,7 @@ BENCH_VARIANTS=(
   "wgpu|--device wgpu"
   "wgpu-f16|--device wgpu --set train.precision=\"f16\""
   "cuda-manual|--device cuda --set model.attention.kernel=\"manual\""
+  "cuda-bf16-manual|--device cuda --set train.precision=\"bf16\" --set model.attention.kernel=\"manual\""
   "wgpu-manual|--device wgpu --set model.attention.kernel=\"manual\""
 )
 # PyTorch peers: "NAME|bench_torch.py flags|peak (fp32, tf32 or bf16)".

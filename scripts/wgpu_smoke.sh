@@ -13,9 +13,10 @@
 #   1b. the same at f32 with experiments/ci/wgpu_smoke_variants.toml (RoPE, a sink logit with
 #      softmax_n, a sinks + window mask: the CubeCL attention kernel's variants inside a model);
 #   2. f16 (train.precision = "f16": matrix products in f16, f32 master weights, dynamic loss
-#      scaling): the same 3 steps on wgpu and on flex, compared the same way with a relative
-#      tolerance of 1e-2 (two f16 backends round the same products in different orders; the
-#      measured difference is printed);
+#      scaling): the same 3 steps on wgpu (attention by the CubeCL kernel with q, k, v stored
+#      in f16) and on flex (the explicit attention: the CPU kernel is f32), compared the same
+#      way with a relative tolerance of 1e-2 (two f16 backends round the same products in
+#      different orders; the measured difference is printed);
 #   3. `sinklab check --device wgpu` refuses train.precision = "bf16" and says why (WGSL has no
 #      bf16).
 #   bash scripts/wgpu_smoke.sh

@@ -184,8 +184,8 @@ pub enum AttentionKernel {
     /// The fused attention kernel (`crate::kernels::attention`: tiles with an online softmax,
     /// forward and backward, without the T × T weights; same maths, different rounding). It
     /// covers softmax and softmax_n with every slot, mask, ALiBi and row scale; on any other
-    /// model, a backend without the kernel or mixed precision the explicit path runs and
-    /// `check` / `train` say why.
+    /// model, a backend without the kernel or mixed precision on the CPU the explicit path
+    /// runs and `check` / `train` say why.
     #[default]
     Fused,
 }

@@ -25,7 +25,7 @@ use burn::tensor::Tensor;
 use std::sync::Arc;
 
 /// Whether the kernel covers the model's attention (the model's settings; where it runs is
-/// [`super::runs_on`], and the precision must be f32: [`covers_precision`]). Every mask is
+/// [`runs_on`], and the precision: [`covers_precision`]). Every mask is
 /// at most two runs of visible keys per row, so none is refused here.
 pub fn covers(m: &ModelConfig) -> Coverage {
     let a = &m.attention;
@@ -85,16 +85,25 @@ pub fn on_device(device: &burn::tensor::Device) -> bool {
     false
 }
 
-/// The attention kernel computes in f32: under mixed precision the explicit path runs (its
-/// products in the low precision, as configured).
-pub fn covers_precision(p: Precision) -> Coverage {
-    match p {
-        Precision::F32 => Ok(()),
-        other => Err(vec![format!(
-            "precision {} (the attention kernel computes in f32)",
+/// The precisions the kernel takes on a device: f32 everywhere; f16 and bf16 (mixed precision:
+/// q, k, v stored in the low precision, the arithmetic in f32) on the CubeCL half only — the
+/// CPU half computes in f32, so there the explicit path runs (its products in the low
+/// precision, as configured). Whether the backend has the dtype at all is the backend's check
+/// (`crate::backend`: WGSL has no bf16).
+pub fn covers_precision(p: Precision, device: DeviceKind) -> Coverage {
+    match (p, device) {
+        (Precision::F32, _) | (_, DeviceKind::Wgpu | DeviceKind::Cuda) => Ok(()),
+        (other, DeviceKind::Flex) => Err(vec![format!(
+            "precision {} on flex (the CPU attention kernel computes in f32)",
             other.name()
         )]),
     }
+}
+
+/// Whether a forward on `device` whose matrix products run in `compute` (None: f32) takes the
+/// kernel: [`on_device`], and a low precision only on a CubeCL device ([`covers_precision`]).
+pub fn runs_with(device: &burn::tensor::Device, compute: Option<burn::tensor::FloatDType>) -> bool {
+    on_device(device) && (compute.is_none() || !super::on_device(device))
 }
 
 /// What a forward passes to the kernel for its query rows: the visible key columns of each

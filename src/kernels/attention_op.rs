@@ -48,7 +48,7 @@ fn forward_meta(
     let d = q.shape.as_slice();
     let lse = burn::backend::fusion::custom::TensorSpec::new(
         burn::tensor::Shape::from(d[..3].to_vec()),
-        q.dtype,
+        burn::tensor::DType::F32, // in f32 whatever q is stored in
     );
     (q.clone(), lse)
 }
@@ -63,7 +63,8 @@ fn forward_meta(
 pub trait AttentionOps: Backend {
     /// (o (B, H, Q, D), lse (B, H, Q)): softmax attention of q (B, H, Q, D) over the visible
     /// keys of k, v (B, H, C, D) plus one extra logit z_h per row whose value is 0 (−inf:
-    /// none); lse = log(e^z_h + Σ_j e^s_ij).
+    /// none); lse = log(e^z_h + Σ_j e^s_ij). o is stored like q, lse in f32. The CPU half
+    /// takes f32 only; the CubeCL half also f16/bf16 q, k, v (f32 arithmetic inside).
     #[fusion(meta = forward_meta)]
     fn attention_forward(
         q: FloatTensor<Self>,

@@ -91,7 +91,7 @@ pub fn summary(m: &ModelConfig, device: DeviceKind, precision: Precision) -> Opt
         AttentionKernel::Manual => return place.is_ok().then_some(xent),
         AttentionKernel::Fused => match (
             attention::covers(m),
-            attention::runs_on(device).and(attention::covers_precision(precision)),
+            attention::runs_on(device).and(attention::covers_precision(precision, device)),
         ) {
             (Ok(()), Ok(())) => format!(
                 "attention: the fused kernel ({}; training and evaluation; the probe path and \

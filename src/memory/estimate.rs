@@ -475,8 +475,8 @@ pub fn estimate(exp: &Experiment, vocab: usize, workers: usize) -> Estimate {
     let fused = crate::kernels::attention::runs_on(exp.run.device).is_ok()
         && m.attention.kernel == AttentionKernel::Fused
         && crate::kernels::attention::covers(m).is_ok();
-    let fused_train =
-        fused && crate::kernels::attention::covers_precision(exp.train.precision).is_ok();
+    let fused_train = fused
+        && crate::kernels::attention::covers_precision(exp.train.precision, exp.run.device).is_ok();
     let attention = if fused_train {
         0
     } else {

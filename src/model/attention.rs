@@ -593,8 +593,7 @@ impl Attention {
     ) -> Tensor<4> {
         match &ctx.fused {
             Some(plan)
-                if ctx.compute.is_none()
-                    && crate::kernels::attention::on_device(&q.device())
+                if crate::kernels::attention::runs_with(&q.device(), ctx.compute)
                     && !tap_changes(tap, HeadSite::Pattern) =>
             {
                 if tap_wants(tap, HeadSite::Pattern) {
@@ -602,7 +601,7 @@ impl Attention {
                     // is the kernel's either way, so recording changes nothing
                     let _ = self.mix_explicit(q.clone(), k.clone(), v.clone(), ctx, tap, frame);
                 }
-                self.mix_fused(q, k, v, plan)
+                self.mix_fused(q, k, v, plan, ctx.compute)
             }
             _ => self.mix_explicit(q, k, v, ctx, tap, frame),
         }
@@ -610,13 +609,16 @@ impl Attention {
 
     /// [`Self::mix`] by the fused kernel (`crate::kernels::attention`, which owns what it
     /// covers): slot keys and values in front, the sink logit and softmax_n's n as one extra
-    /// logit per head, the row scale on the output.
+    /// logit per head, the row scale on the output. Under mixed precision (`compute`, the
+    /// CubeCL half only) q, k and v go in stored in the low precision and the output comes
+    /// back to f32; the extra logit stays f32.
     fn mix_fused(
         &self,
         q: Tensor<4>,
         k: Tensor<4>,
         v: Tensor<4>,
         plan: &crate::kernels::attention::Plan,
+        compute: Compute,
     ) -> Tensor<4> {
         let [b, h, _, dh] = q.dims();
         let device = q.device();
@@ -636,7 +638,13 @@ impl Attention {
             }
             _ => Tensor::full([h], f32::NEG_INFINITY, &device),
         }; // (H)
-        let out = crate::kernels::attention::forward(q, k, v, z, plan); // (B, H, Q, d_h)
+        let out = match compute {
+            None => crate::kernels::attention::forward(q, k, v, z, plan), // (B, H, Q, d_h)
+            Some(dt) => {
+                crate::kernels::attention::forward(q.cast(dt), k.cast(dt), v.cast(dt), z, plan)
+                    .cast(burn::tensor::FloatDType::F32)
+            }
+        };
         if self.spec.row_scale != 1.0 {
             out * self.spec.row_scale
         } else {

@@ -343,8 +343,8 @@ fn check_says_whether_the_fused_attention_kernel_covers_the_model() {
             "bf16",
             "",
             "[train]\nprecision = \"bf16\"\n",
-            "does not cover this model (precision bf16 (the attention kernel computes in f32)): \
-             the explicit path runs",
+            "does not cover this model (precision bf16 on flex (the CPU attention kernel computes \
+             in f32)): the explicit path runs",
         ),
     ] {
         let f = dir.path().join(format!("{name}.toml"));

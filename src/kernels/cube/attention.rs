@@ -18,6 +18,10 @@
 //! yet: the kernels are exact and cover every variant the CPU kernel covers, and their speed
 //! on a real GPU is what `scripts/gpu_checks.sh` measures.
 //!
+//! Storage: q, k, v, o and their gradients in f32, f16 or bf16 (mixed precision: the model's
+//! low precision); every product, sum, exp and the saved lse in f32 (the values are widened on
+//! read and rounded once on write), z and ∂z in z's dtype (the sink logit is an f32 master).
+//!
 //! "No extra logit" is z = −inf on the host; WGSL has no infinities, so z is clamped to
 //! −1e30 first (e^(−1e30 − m) is 0 in f32, and a row that sees nothing still gives o = 0 with
 //! ∂z = 0 because D_i = 0 there).
@@ -26,6 +30,7 @@ use crate::kernels::attention_op::AttnArgs;
 use burn::backend::cubecl::dtype_to_storage_type;
 use burn::backend::ops::{FloatTensorOps, IntTensorOps};
 use burn::backend::{DType, TensorMetadata};
+use burn::tensor::FloatDType;
 use burn::tensor::{Shape, TensorData};
 use burn_cubecl::CubeBackend;
 use burn_cubecl::kernel::into_contiguous;
@@ -46,23 +51,24 @@ fn run_bounds<I: Numeric>(runs: &Tensor<I>, i: usize, r: usize) -> (usize, usize
     (a, b)
 }
 
-/// s_ij for row `row` (flat over B, H, Q) and column j of the same (b, h).
+/// s_ij for row `row` (flat over B, H, Q) and column j of the same (b, h), in f32 whatever
+/// q and k are stored in.
 #[cube]
 #[allow(clippy::too_many_arguments)]
 fn score<F: Float>(
     q: &Tensor<F>,
     k: &Tensor<F>,
-    bias: &Tensor<F>,
-    scale: F,
+    bias: &Tensor<f32>,
+    scale: f32,
     qo: usize,
     ko: usize,
     bias_at: usize,
     #[comptime] d: usize,
     #[comptime] has_bias: bool,
-) -> F {
-    let mut dot = F::new(0.0);
+) -> f32 {
+    let mut dot = 0.0f32;
     for x in 0..d {
-        dot += q[qo + x] * k[ko + x];
+        dot += f32::cast_from(q[qo + x]) * f32::cast_from(k[ko + x]);
     }
     let mut s = dot * scale;
     if has_bias {
@@ -75,15 +81,15 @@ fn score<F: Float>(
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 fn forward_kernel<F: Float, I: Numeric>(
-    q: &Tensor<F>,       // (B, H, Q, D)
-    k: &Tensor<F>,       // (B, H, C, D)
-    v: &Tensor<F>,       // (B, H, C, D)
-    z: &Tensor<F>,       // (H), clamped
-    scale: &Tensor<F>,   // (1)
-    runs: &Tensor<I>,    // (Q, 4)
-    bias: &Tensor<F>,    // (H, Q, C) or (1)
-    out: &mut Tensor<F>, // (B, H, Q, D)
-    lse: &mut Tensor<F>, // (B, H, Q)
+    q: &Tensor<F>,         // (B, H, Q, D)
+    k: &Tensor<F>,         // (B, H, C, D)
+    v: &Tensor<F>,         // (B, H, C, D)
+    z: &Tensor<f32>,       // (H), clamped
+    scale: &Tensor<f32>,   // (1)
+    runs: &Tensor<I>,      // (Q, 4)
+    bias: &Tensor<f32>,    // (H, Q, C) or (1)
+    out: &mut Tensor<F>,   // (B, H, Q, D)
+    lse: &mut Tensor<f32>, // (B, H, Q)
     rows: usize,
     heads: usize,
     nq: usize,
@@ -104,10 +110,10 @@ fn forward_kernel<F: Float, I: Numeric>(
     let sc = scale[0];
     // the extra logit starts the online softmax: m = z, l = e^(z − m) = 1, its value is 0
     let mut m = z[hd];
-    let mut l = F::new(1.0);
-    let mut acc = Array::<F>::new(d);
+    let mut l = 1.0f32;
+    let mut acc = Array::<f32>::new(d);
     for x in 0..d {
-        acc[x] = F::new(0.0);
+        acc[x] = 0.0f32;
     }
     for r in 0..2 {
         let (a, b) = run_bounds::<I>(runs, i, r);
@@ -122,14 +128,14 @@ fn forward_kernel<F: Float, I: Numeric>(
             let p = (s - mn).exp();
             l = l * corr + p;
             for x in 0..d {
-                acc[x] = acc[x] * corr + p * v[ko + x];
+                acc[x] = acc[x] * corr + p * f32::cast_from(v[ko + x]);
             }
             m = mn;
         }
     }
-    let inv = F::new(1.0) / l;
+    let inv = 1.0f32 / l;
     for x in 0..d {
-        out[qo + x] = acc[x] * inv;
+        out[qo + x] = F::cast_from(acc[x] * inv);
     }
     lse[row] = m + l.ln();
 }
@@ -141,15 +147,15 @@ fn backward_rows_kernel<F: Float, I: Numeric>(
     q: &Tensor<F>,
     k: &Tensor<F>,
     v: &Tensor<F>,
-    z: &Tensor<F>,
-    scale: &Tensor<F>,
+    z: &Tensor<f32>,
+    scale: &Tensor<f32>,
     runs: &Tensor<I>,
-    bias: &Tensor<F>,
-    lse: &Tensor<F>,         // (B, H, Q)
-    dsum: &Tensor<F>,        // D_i = do_i·o_i (B, H, Q)
-    grad: &Tensor<F>,        // ∂o (B, H, Q, D)
-    dq: &mut Tensor<F>,      // (B, H, Q, D)
-    dz_rows: &mut Tensor<F>, // (B, H, Q)
+    bias: &Tensor<f32>,
+    lse: &Tensor<f32>,         // (B, H, Q)
+    dsum: &Tensor<f32>,        // D_i = do_i·o_i (B, H, Q)
+    grad: &Tensor<F>,          // ∂o (B, H, Q, D)
+    dq: &mut Tensor<F>,        // (B, H, Q, D)
+    dz_rows: &mut Tensor<f32>, // (B, H, Q)
     rows: usize,
     heads: usize,
     nq: usize,
@@ -170,9 +176,9 @@ fn backward_rows_kernel<F: Float, I: Numeric>(
     let sc = scale[0];
     let li = lse[row];
     let di = dsum[row];
-    let mut acc = Array::<F>::new(d);
+    let mut acc = Array::<f32>::new(d);
     for x in 0..d {
-        acc[x] = F::new(0.0);
+        acc[x] = 0.0f32;
     }
     for r in 0..2 {
         let (a, b) = run_bounds::<I>(runs, i, r);
@@ -180,20 +186,20 @@ fn backward_rows_kernel<F: Float, I: Numeric>(
             let ko = kv0 + j * d;
             let s = score::<F>(q, k, bias, sc, qo, ko, (hd * nq + i) * nc + j, d, has_bias);
             let p = (s - li).exp();
-            let mut dp = F::new(0.0);
+            let mut dp = 0.0f32;
             for x in 0..d {
-                dp += grad[qo + x] * v[ko + x];
+                dp += f32::cast_from(grad[qo + x]) * f32::cast_from(v[ko + x]);
             }
             let ds = p * (dp - di);
             for x in 0..d {
-                acc[x] += ds * k[ko + x];
+                acc[x] += ds * f32::cast_from(k[ko + x]);
             }
         }
     }
     for x in 0..d {
-        dq[qo + x] = acc[x] * sc;
+        dq[qo + x] = F::cast_from(acc[x] * sc);
     }
-    dz_rows[row] = F::new(0.0) - (z[hd] - li).exp() * di;
+    dz_rows[row] = 0.0f32 - (z[hd] - li).exp() * di;
 }
 
 /// ∂k and ∂v: one invocation per key column (B·H·C of them), over the rows that see it.
@@ -203,11 +209,11 @@ fn backward_cols_kernel<F: Float, I: Numeric>(
     q: &Tensor<F>,
     k: &Tensor<F>,
     v: &Tensor<F>,
-    scale: &Tensor<F>,
+    scale: &Tensor<f32>,
     runs: &Tensor<I>,
-    bias: &Tensor<F>,
-    lse: &Tensor<F>,
-    dsum: &Tensor<F>,
+    bias: &Tensor<f32>,
+    lse: &Tensor<f32>,
+    dsum: &Tensor<f32>,
     grad: &Tensor<F>,
     dk: &mut Tensor<F>, // (B, H, C, D)
     dv: &mut Tensor<F>, // (B, H, C, D)
@@ -228,11 +234,11 @@ fn backward_cols_kernel<F: Float, I: Numeric>(
     let hd = bh % heads;
     let ko = col * d;
     let sc = scale[0];
-    let mut ak = Array::<F>::new(d);
-    let mut av = Array::<F>::new(d);
+    let mut ak = Array::<f32>::new(d);
+    let mut av = Array::<f32>::new(d);
     for x in 0..d {
-        ak[x] = F::new(0.0);
-        av[x] = F::new(0.0);
+        ak[x] = 0.0f32;
+        av[x] = 0.0f32;
     }
     for i in 0..nq {
         let (a0, b0) = run_bounds::<I>(runs, i, 0);
@@ -242,20 +248,20 @@ fn backward_cols_kernel<F: Float, I: Numeric>(
             let qo = row * d;
             let s = score::<F>(q, k, bias, sc, qo, ko, (hd * nq + i) * nc + j, d, has_bias);
             let p = (s - lse[row]).exp();
-            let mut dp = F::new(0.0);
+            let mut dp = 0.0f32;
             for x in 0..d {
-                dp += grad[qo + x] * v[ko + x];
+                dp += f32::cast_from(grad[qo + x]) * f32::cast_from(v[ko + x]);
             }
             let ds = p * (dp - dsum[row]);
             for x in 0..d {
-                av[x] += p * grad[qo + x];
-                ak[x] += ds * q[qo + x];
+                av[x] += p * f32::cast_from(grad[qo + x]);
+                ak[x] += ds * f32::cast_from(q[qo + x]);
             }
         }
     }
     for x in 0..d {
-        dk[ko + x] = ak[x] * sc;
-        dv[ko + x] = av[x];
+        dk[ko + x] = F::cast_from(ak[x] * sc);
+        dv[ko + x] = F::cast_from(av[x]);
     }
 }
 
@@ -278,7 +284,6 @@ struct Common {
 }
 
 fn common(q: &CubeTensor, z: CubeTensor, args: &AttnArgs, h: usize, nq: usize, c: usize) -> Common {
-    assert_eq!(q.dtype, DType::F32, "the attention kernel computes in f32");
     assert_eq!(args.runs.len(), nq, "one run pair per query row");
     let device = &q.device;
     let runs: Vec<i32> = args
@@ -298,7 +303,7 @@ fn common(q: &CubeTensor, z: CubeTensor, args: &AttnArgs, h: usize, nq: usize, c
     };
     let bias = CubeBackend::float_from_data(bias, device);
     let scale = CubeBackend::float_from_data(TensorData::new(vec![args.scale], [1]), device);
-    let z = into_contiguous(CubeBackend::float_clamp_min(z, NONE.into()));
+    let z = into_contiguous(CubeBackend::float_clamp_min(f32_of(z), NONE.into()));
     Common {
         runs,
         bias,
@@ -308,13 +313,23 @@ fn common(q: &CubeTensor, z: CubeTensor, args: &AttnArgs, h: usize, nq: usize, c
     }
 }
 
-fn empty(like: &CubeTensor, shape: &[usize]) -> CubeTensor {
+/// An uninitialised tensor of `shape` and `dtype` on `like`'s device.
+fn empty(like: &CubeTensor, shape: &[usize], dtype: DType) -> CubeTensor {
     empty_device_dtype(
         like.client.clone(),
         like.device.clone(),
         Shape::from(shape.to_vec()),
-        like.dtype,
+        dtype,
     )
+}
+
+/// `t` in f32 (a cast only when it is stored in another float type).
+fn f32_of(t: CubeTensor) -> CubeTensor {
+    if t.dtype == DType::F32 {
+        t
+    } else {
+        CubeBackend::float_cast(t, FloatDType::F32)
+    }
 }
 
 /// (o, lse) for contiguous-or-not q, k, v and z (see the module's maths).
@@ -328,8 +343,8 @@ pub fn forward(
     let [b, h, nq, c, d] = dims(&q, &k);
     let (q, k, v) = (into_contiguous(q), into_contiguous(k), into_contiguous(v));
     let cm = common(&q, z, args, h, nq, c);
-    let out = empty(&q, &[b, h, nq, d]);
-    let lse = empty(&q, &[b, h, nq]);
+    let out = empty(&q, &[b, h, nq, d], q.dtype);
+    let lse = empty(&q, &[b, h, nq], DType::F32);
     let rows = b * h * nq;
     if rows == 0 {
         return (out, lse);
@@ -380,17 +395,19 @@ pub fn backward(
     let [b, h, nq, c, d] = dims(&q, &k);
     let (q, k, v) = (into_contiguous(q), into_contiguous(k), into_contiguous(v));
     let (lse, grad) = (into_contiguous(lse), into_contiguous(grad));
+    let z_dtype = z.dtype;
     let cm = common(&q, z, args, h, nq, c);
-    // D_i = do_i·o_i (B, H, Q), by Burn's own ops
-    let dsum = CubeBackend::float_sum_dim(CubeBackend::float_mul(grad.clone(), out), 3);
+    // D_i = do_i·o_i (B, H, Q) in f32, by Burn's own ops
+    let dsum = CubeBackend::float_mul(f32_of(grad.clone()), f32_of(out));
+    let dsum = CubeBackend::float_sum_dim(dsum, 3);
     let dsum = into_contiguous(CubeBackend::float_reshape(
         dsum,
         Shape::from(vec![b, h, nq]),
     ));
-    let dq = empty(&q, &[b, h, nq, d]);
-    let dk = empty(&q, &[b, h, c, d]);
-    let dv = empty(&q, &[b, h, c, d]);
-    let dz_rows = empty(&q, &[b, h, nq]);
+    let dq = empty(&q, &[b, h, nq, d], q.dtype);
+    let dk = empty(&q, &[b, h, c, d], q.dtype);
+    let dv = empty(&q, &[b, h, c, d], q.dtype);
+    let dz_rows = empty(&q, &[b, h, nq], DType::F32);
     let client = q.client.clone();
     let dtypes = [
         dtype_to_storage_type(q.dtype),
@@ -453,9 +470,14 @@ pub fn backward(
             dtypes,
         );
     }
-    // ∂z_h = Σ_b,i of the rows' shares
+    // ∂z_h = Σ_b,i of the rows' shares, in z's own dtype
     let dz = CubeBackend::float_sum_dim(CubeBackend::float_sum_dim(dz_rows, 2), 0);
     let dz = CubeBackend::float_reshape(dz, Shape::from(vec![h]));
+    let dz = if z_dtype == DType::F32 {
+        dz
+    } else {
+        CubeBackend::float_cast(dz, FloatDType::from(z_dtype))
+    };
     (dq, dk, dv, dz)
 }
 
