@@ -102,16 +102,14 @@ fn random(rng: &mut rand_chacha::ChaCha8Rng, n: usize) -> Vec<f32> {
     (0..n).map(|_| rng.gen_range(-1.0f32..1.0)).collect()
 }
 
-/// The explicit computation on `dev` (flex autodiff): (o, ∂q, ∂k, ∂v, ∂z) for the upstream
-/// gradient g.
-#[allow(clippy::too_many_arguments)]
-fn explicit(
+/// f(q, k, v, z) → o on `dev` for autodiff leaves holding `data` and `z`: (o, ∂q, ∂k, ∂v, ∂z)
+/// for the upstream gradient g = data[3].
+fn run_on(
     cs: &Case,
     dev: &Device,
     data: &[Vec<f32>; 5],
     z: &[f32],
-    runs: &[[[u32; 2]; 2]],
-    bias: Option<&[f32]>,
+    f: impl FnOnce(Tensor<4>, Tensor<4>, Tensor<4>, Tensor<1>) -> Tensor<4>,
 ) -> Vec<Vec<f32>> {
     let (b, h, nq, d) = (cs.b, cs.h, cs.q, cs.d);
     let c = cs.slots + nq;
@@ -125,27 +123,7 @@ fn explicit(
     );
     let g = Tensor::<4>::from_data(TensorData::new(data[3].clone(), [b, h, nq, d]), dev);
     let zt = Tensor::<1>::from_data(TensorData::new(z.to_vec(), [h]), dev).require_grad();
-    let mut s = q.clone().matmul(k.clone().swap_dims(2, 3)) / (d as f32).sqrt(); // (B, H, Q, C)
-    if let Some(bias) = bias {
-        s = s + Tensor::<3>::from_data(TensorData::new(bias.to_vec(), [h, nq, c]), dev)
-            .unsqueeze::<4>();
-    }
-    let hidden: Vec<bool> = runs
-        .iter()
-        .flat_map(|r| {
-            (0..c).map(move |j| {
-                !r.iter()
-                    .any(|run| run[0] as usize <= j && j < run[1] as usize)
-            })
-        })
-        .collect();
-    let hidden = Tensor::<2, Bool>::from_data(TensorData::new(hidden, [nq, c]), dev)
-        .unsqueeze::<4>()
-        .expand([b, h, nq, c]);
-    let s = s.mask_fill(hidden, f32::NEG_INFINITY);
-    let zc = zt.clone().reshape([1, h, 1, 1]).expand([b, h, nq, 1]);
-    let p = softmax(Tensor::cat(vec![zc, s], 3), 3).narrow(3, 1, c); // the extra column's value is 0
-    let o = p.matmul(v.clone());
+    let o = f(q.clone(), k.clone(), v.clone(), zt.clone());
     let grads = (o.clone() * g).sum().backward();
     let host = |x: Tensor<4>| x.into_data().try_to_vec::<f32>().unwrap();
     vec![
@@ -161,8 +139,45 @@ fn explicit(
     ]
 }
 
-/// The kernel on `dev`: (o, ∂q, ∂k, ∂v, ∂z), with q, k, v stored in `dt` (f32 leaves cast
-/// down, as the model does under mixed precision) and o brought back to f32.
+/// The explicit computation on `dev` (flex autodiff): scores, bias, mask, the extra column and
+/// softmax with Burn's tensor ops.
+fn explicit(
+    cs: &Case,
+    dev: &Device,
+    data: &[Vec<f32>; 5],
+    z: &[f32],
+    runs: &[[[u32; 2]; 2]],
+    bias: Option<&[f32]>,
+) -> Vec<Vec<f32>> {
+    let (b, h, nq, d) = (cs.b, cs.h, cs.q, cs.d);
+    let c = cs.slots + nq;
+    run_on(cs, dev, data, z, |q, k, v, zt| {
+        let mut s = q.matmul(k.swap_dims(2, 3)) / (d as f32).sqrt(); // (B, H, Q, C)
+        if let Some(bias) = bias {
+            s = s + Tensor::<3>::from_data(TensorData::new(bias.to_vec(), [h, nq, c]), dev)
+                .unsqueeze::<4>();
+        }
+        let hidden: Vec<bool> = runs
+            .iter()
+            .flat_map(|r| {
+                (0..c).map(move |j| {
+                    !r.iter()
+                        .any(|run| run[0] as usize <= j && j < run[1] as usize)
+                })
+            })
+            .collect();
+        let hidden = Tensor::<2, Bool>::from_data(TensorData::new(hidden, [nq, c]), dev)
+            .unsqueeze::<4>()
+            .expand([b, h, nq, c]);
+        let s = s.mask_fill(hidden, f32::NEG_INFINITY);
+        let zc = zt.reshape([1, h, 1, 1]).expand([b, h, nq, 1]);
+        let p = softmax(Tensor::cat(vec![zc, s], 3), 3).narrow(3, 1, c); // the extra column's value is 0
+        p.matmul(v)
+    })
+}
+
+/// The kernel on `dev`, with q, k, v stored in `dt` (f32 leaves cast down, as the model does
+/// under mixed precision) and o brought back to f32.
 fn kernel(
     cs: &Case,
     dev: &Device,
@@ -171,42 +186,10 @@ fn kernel(
     args: AttnArgs,
     dt: Option<FloatDType>,
 ) -> Vec<Vec<f32>> {
-    let (b, h, nq, d) = (cs.b, cs.h, cs.q, cs.d);
-    let c = cs.slots + nq;
-    let t = |x: &Vec<f32>, shape: [usize; 4]| {
-        Tensor::<4>::from_data(TensorData::new(x.clone(), shape), dev).require_grad()
-    };
-    let (q, k, v) = (
-        t(&data[0], [b, h, nq, d]),
-        t(&data[1], [b, h, c, d]),
-        t(&data[2], [b, h, c, d]),
-    );
-    let g = Tensor::<4>::from_data(TensorData::new(data[3].clone(), [b, h, nq, d]), dev);
-    let zt = Tensor::<1>::from_data(TensorData::new(z.to_vec(), [h]), dev).require_grad();
-    let o = match dt {
-        None => attention(q.clone(), k.clone(), v.clone(), zt.clone(), args),
-        Some(dt) => attention(
-            q.clone().cast(dt),
-            k.clone().cast(dt),
-            v.clone().cast(dt),
-            zt.clone(),
-            args,
-        )
-        .cast(FloatDType::F32),
-    };
-    let grads = (o.clone() * g).sum().backward();
-    let host = |x: Tensor<4>| x.into_data().try_to_vec::<f32>().unwrap();
-    vec![
-        host(o),
-        host(q.grad(&grads).unwrap()),
-        host(k.grad(&grads).unwrap()),
-        host(v.grad(&grads).unwrap()),
-        zt.grad(&grads)
-            .unwrap()
-            .into_data()
-            .try_to_vec::<f32>()
-            .unwrap(),
-    ]
+    run_on(cs, dev, data, z, |q, k, v, zt| match dt {
+        None => attention(q, k, v, zt, args),
+        Some(dt) => attention(q.cast(dt), k.cast(dt), v.cast(dt), zt, args).cast(FloatDType::F32),
+    })
 }
 
 #[test]
