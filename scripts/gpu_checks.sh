@@ -7,6 +7,8 @@
 #   bash scripts/gpu_checks.sh                 # every section, results under $OUT
 #   bash scripts/gpu_checks.sh info train      # only these sections (a call has 10 minutes)
 #   STEPS=50 bash scripts/gpu_checks.sh train  # settings: the variables below
+#   ONLY="cuda cuda-bf16 torch-bf16-sdpa" bash scripts/gpu_checks.sh train bench torch
+#                                              # only these variants (and the references they need)
 #
 # Sections (each writes under $OUT, default ./gpu-checks-out, which the device tool brings back):
 #   info   GPU, driver, toolkit, libdevice, the binary's shared libraries, PyTorch, Vulkan
@@ -39,6 +41,7 @@ BENCH_STEPS="${BENCH_STEPS:-10}"     # timed steps per round (3 rounds, median)
 BENCH_WARMUP="${BENCH_WARMUP:-3}"    # untimed steps first (autotune and kernel compilation)
 RUN_TIMEOUT="${RUN_TIMEOUT:-300}"    # seconds allowed to one training run or benchmark
 TORCH_PY="${TORCH_PY:-python3}"      # a Python with PyTorch (CUDA build)
+ONLY="${ONLY:-}"                     # variant names to run (space-separated); empty: all
 
 # ---- Variants --------------------------------------------------------------------------------
 # Training: "NAME|sinklab flags|relative tolerance|flex reference". Each reference is a flex run
@@ -196,6 +199,7 @@ else
 fi
 
 has() { local s; for s in "${sections[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
+wanted() { [ -z "$ONLY" ] || [[ " $ONLY " == *" $1 "* ]]; } # NAME: in ONLY, or ONLY empty
 
 # ---- info -----------------------------------------------------------------------------------
 if has info; then
@@ -245,9 +249,14 @@ train_run() { # NAME FLAGS...: natural_text for $STEPS steps; metrics copied to 
   return 1
 }
 if has train; then
-  declare -A ref_ok=()
+  declare -A ref_ok=() ref_needed=()
+  for v in "${TRAIN_VARIANTS[@]}"; do
+    IFS='|' read -r name flags rtol ref <<<"$v"
+    wanted "$name" && ref_needed[$ref]=1
+  done
   for r in "${FLEX_REFERENCES[@]}"; do
     IFS='|' read -r name flags <<<"$r"
+    [ -n "${ref_needed[$name]:-}" ] || continue
     # shellcheck disable=SC2086
     if train_run "$name" $flags; then
       ref_ok[$name]=1
@@ -258,6 +267,7 @@ if has train; then
   done
   for v in "${TRAIN_VARIANTS[@]}"; do
     IFS='|' read -r name flags rtol ref <<<"$v"
+    wanted "$name" || continue
     if [ -z "${ref_ok[$ref]:-}" ]; then
       record "train-$name" SKIP "its reference $ref failed"
       continue
@@ -283,11 +293,12 @@ mkdir -p "$OUT/bench"
 if has bench; then
   for v in "${BENCH_VARIANTS[@]}"; do
     IFS='|' read -r name flags <<<"$v"
+    wanted "$name" || continue
     # shellcheck disable=SC2086
     if timeout -k 30 "$RUN_TIMEOUT" "$BIN" bench "${GU60M_SINKLAB[@]}" $flags --warmup "$BENCH_WARMUP" \
       --steps "$BENCH_STEPS" --rounds 3 ${PEAK_FP32:+--peak-gflops "$PEAK_FP32"} --json \
       >"$OUT/bench/sinklab-$name.json" 2>"$OUT/bench/sinklab-$name.log"; then
-      record "bench-$name" PASS "$(python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); print(f"{r[\"median_tokens_per_s\"]:.0f} tokens/s")' "$OUT/bench/sinklab-$name.json")"
+      record "bench-$name" PASS "$(python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); print("%.0f tokens/s" % r["median_tokens_per_s"])' "$OUT/bench/sinklab-$name.json")"
     else
       record "bench-$name" FAIL "sinklab bench failed or timed out: $(why "$OUT/bench/sinklab-$name.log")"
       rm -f "$OUT/bench/sinklab-$name.json"
@@ -302,12 +313,13 @@ if has torch; then
   else
     for v in "${TORCH_VARIANTS[@]}"; do
       IFS='|' read -r name flags peak <<<"$v"
+      wanted "$name" || continue
       case "$peak" in fp32) p="$PEAK_FP32" ;; tf32) p="$PEAK_TF32" ;; *) p="$PEAK_BF16" ;; esac
       # shellcheck disable=SC2086
       if timeout -k 30 "$RUN_TIMEOUT" "$TORCH_PY" scripts/bench_torch.py --device cuda "${GU60M_TORCH[@]}" $flags \
         --warmup "$BENCH_WARMUP" --steps "$BENCH_STEPS" --rounds 3 ${p:+--peak-gflops "$p"} --json \
         >"$OUT/bench/$name.json" 2>"$OUT/bench/$name.log"; then
-        record "$name" PASS "$(python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); print(f"{r[\"median_tokens_per_s\"]:.0f} tokens/s")' "$OUT/bench/$name.json")"
+        record "$name" PASS "$(python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); print("%.0f tokens/s" % r["median_tokens_per_s"])' "$OUT/bench/$name.json")"
       else
         record "$name" FAIL "bench_torch.py failed or timed out: $(why "$OUT/bench/$name.log")"
         rm -f "$OUT/bench/$name.json"
