@@ -65,6 +65,11 @@ pub fn t5_bucket(i: usize, j: usize, buckets: usize, max_distance: usize) -> usi
 
 impl PositionTables {
     pub fn new(cfg: &ModelConfig, len: usize, device: &Device) -> Self {
+        // Constants, kept off autodiff: `Module::valid` strips autodiff from the parameters but
+        // clones skipped fields as they are, so tables on an autodiff device would drag every
+        // inference forward (eval, analyses, decoding) back under autodiff; a training forward
+        // treats them as constants either way.
+        let device = &device.clone().inner();
         let real = len;
         let len = cfg.sink_tokens + real;
         let rope = match cfg.positions {
