@@ -636,7 +636,8 @@ mod tests {
             };
             let trained = Lm::new(&cfg, 11, 3, &ad);
             let valid = burn::module::Module::valid(&trained);
-            let ids = crate::generate::ids_tensor(&[1, 5, 7, 2], &plain);
+            let ids =
+                Tensor::<2, Int>::from_data(TensorData::new(vec![1i64, 5, 7, 2], [1, 4]), &plain);
             let logits = valid.forward(ids.clone());
             assert!(
                 !logits.is_autodiff(),
