@@ -570,17 +570,22 @@ mod tests {
         assert_eq!(y, vec![1.0, 3.0, 2.0, 4.0]);
     }
 
-    #[test]
-    fn w_down_init_std_scales_the_same_draws_and_nothing_else() {
-        let dev = crate::backend::device(crate::config::DeviceKind::Flex).unwrap();
-        let cfg = ModelConfig {
+    /// d 16, 2 layers of 2 heads, FFN 24, ctx 8; the rest default.
+    fn tiny_cfg() -> ModelConfig {
+        ModelConfig {
             d_model: 16,
             n_layers: 2,
             n_heads: 2,
             d_ff: 24,
             ctx: 8,
             ..ModelConfig::default()
-        };
+        }
+    }
+
+    #[test]
+    fn w_down_init_std_scales_the_same_draws_and_nothing_else() {
+        let dev = crate::backend::device(crate::config::DeviceKind::Flex).unwrap();
+        let cfg = tiny_cfg();
         let std = cfg.resolved_init_std();
         let scaled = ModelConfig {
             w_down_init_std: Some(0.25 * std),
@@ -626,13 +631,8 @@ mod tests {
             PositionsConfig::Sinusoidal {},
         ] {
             let cfg = ModelConfig {
-                d_model: 16,
-                n_layers: 2,
-                n_heads: 2,
-                d_ff: 24,
-                ctx: 8,
                 positions: positions.clone(),
-                ..ModelConfig::default()
+                ..tiny_cfg()
             };
             let trained = Lm::new(&cfg, 11, 3, &ad);
             let valid = burn::module::Module::valid(&trained);
