@@ -8,7 +8,8 @@
 //! AVX-512) unless `--peak-gflops` is given.
 //!
 //! `--forward` times inference instead, the path of `eval` and `analyze`: the logits of every
-//! micro-batch of the step through the model without autodiff, one value read back (FLOPs per
+//! micro-batch of the step through the model without autodiff, the micro-batches on the CPU
+//! workers concurrently as `eval` runs its chunks, one value read back (FLOPs per
 //! token `2·N + 4·L·T·d`). `--decode N` times cached decoding, the path of `stream-eval` and
 //! `generate`: one stream (batch 1) of N tokens fed one at a time through a dense key/value
 //! cache, each step's logits read back (FLOPs per token `2·N + 4·L·d·(N+1)/2`, the mean cache
@@ -131,12 +132,13 @@ pub fn run(
     let mut step = |model: Lm| -> Result<Lm> {
         match mode {
             Mode::Forward => {
+                // the micro-batches on the workers, as `eval` runs its chunks
                 let valid = burn::module::Module::valid(&model);
-                for b in &batches {
-                    let (x, _, _) = crate::eval::batch_tensors(b, &base);
+                workers.map(batches.len(), |i| {
+                    let (x, _, _) = crate::eval::batch_tensors(&batches[i], &base);
                     let logits = valid.forward(x); // (B, T, V)
                     let _ = logits.slice([0..1, 0..1, 0..1]).into_scalar::<f32>();
-                }
+                });
                 Ok(model)
             }
             Mode::Decode(n) => {

@@ -2,7 +2,8 @@
 //!
 //! Burn's CPU backend parallelises inside each operation, which for the small matrices of the
 //! models sinklab trains on a laptop keeps only about 1.2 of 2 cores busy. sinklab instead runs
-//! the micro-batches of an optimizer step concurrently: each worker owns a rayon pool (so the
+//! the micro-batches of an optimizer step (and the chunks of an evaluation, `eval`'s and
+//! `train`'s validation loss, `bench --forward`) concurrently: each worker owns a rayon pool (so the
 //! backend's inner parallelism stays inside the worker's cores) and a replica of the model
 //! whose parameters are fresh autodiff leaves over the same weights, so every replica records
 //! its own autograd graph and backward passes do not serialise on a shared graph lock.

@@ -25,7 +25,7 @@
 //! logits       4 · 4 B T V                # log-softmax's exp kept, and three (B, T, V) gradients
 //! step         gradients + W (activations + logits)
 //! update       4 (P + 4 · largest parameter)   # merged gradient; new p, m, v of one tensor
-//! evaluation   one micro-batch without autograd; logits in blocks of ≤ 4M elements
+//! evaluation   one micro-batch per worker without autograd; logits in blocks of ≤ 4M elements
 //! probe pass   the probe set's residual streams, one layer's host copies (attention,
 //!              keys, values, hidden states, inputs) and one chunk's device tensors
 //! checkpoint   4 (P + P_c + k P) host copies of the weights and optimizer state (CPU only:
@@ -497,11 +497,12 @@ pub fn estimate(exp: &Experiment, vocab: usize, workers: usize) -> Estimate {
     let transient = w * (activations + logits);
     let step = gradients + transient;
     let update = F32 * (p + 4 * params.largest);
-    // Evaluation: one micro-batch through one block at a time without autograd (the manual
-    // kernel forms ~3 attention matrices; the fused one none), logits in bounded blocks.
+    // Evaluation: one micro-batch per worker (`crate::eval::eval_loss`) through one block at a
+    // time without autograd (the manual kernel forms ~3 attention matrices; the fused one
+    // none), logits in bounded blocks.
     let eval_matrices = if fused { 0 } else { 3 * matrix };
     let eval =
-        F32 * (eval_matrices + rows * (3 * f + 6 * d) + 3 * (b * t * v).min(EVAL_LOGITS_BLOCK));
+        w * F32 * (eval_matrices + rows * (3 * f + 6 * d) + 3 * (b * t * v).min(EVAL_LOGITS_BLOCK));
     let probe = probe_bytes(exp, vocab);
     let gpu = exp.run.device != DeviceKind::Flex;
     let checkpoint = if gpu { 0 } else { F32 * (p + pc + k * p) };
