@@ -9,6 +9,9 @@
 //! The same f32 operations in the same order as the element-wise tensor ops it replaces
 //! (`crate::optim`), so the result is bit-identical to them; about a dozen passes over every
 //! parameter and its moments become one. The first step passes m = v = 0 (0·β + x = x exactly).
+//! The loop is compiled for the CPU's widest vector unit ([`crate::kernels::simd`]): scalar,
+//! the square root and division made it compute-bound (0.45–0.54 s per step for SmolLM2's
+//! 134.5M parameters on 2 cores; vectorised 0.085–0.11 s).
 
 use rayon::prelude::*;
 
@@ -38,15 +41,23 @@ pub fn update(p: &mut [f32], g: &[f32], m: &mut [f32], v: &mut [f32], a: AdamArg
     p.par_chunks_mut(CHUNK)
         .zip(g.par_chunks(CHUNK))
         .zip(m.par_chunks_mut(CHUNK).zip(v.par_chunks_mut(CHUNK)))
-        .for_each(|((p, g), (m, v))| {
-            for i in 0..p.len() {
-                let g = if a.scale != 1.0 { g[i] * a.scale } else { g[i] };
-                m[i] = m[i] * a.b1 + g * a.one_minus_b1;
-                v[i] = v[i] * a.b2 + g * g * a.one_minus_b2;
-                let pd = if a.decay != 1.0 { p[i] * a.decay } else { p[i] };
-                p[i] = pd - m[i] / (v[i].sqrt() * a.c2 + a.eps) * a.step;
-            }
-        });
+        .for_each(|((p, g), (m, v))| update_chunk(p, g, m, v, a));
+}
+
+crate::kernels::simd::simd_dispatch! {
+    /// One task's elements, vectorised (16 lanes with AVX-512). Multiplications, additions,
+    /// the square root and the division are each correctly rounded in every lane and nothing
+    /// is contracted into a fused multiply-add, so each lane computes exactly what the scalar
+    /// formula does.
+    fn update_chunk(p: &mut [f32], g: &[f32], m: &mut [f32], v: &mut [f32], a: AdamArgs) {
+        for (((p, &g), m), v) in p.iter_mut().zip(g).zip(m.iter_mut()).zip(v.iter_mut()) {
+            let g = if a.scale != 1.0 { g * a.scale } else { g };
+            *m = *m * a.b1 + g * a.one_minus_b1;
+            *v = *v * a.b2 + g * g * a.one_minus_b2;
+            let pd = if a.decay != 1.0 { *p * a.decay } else { *p };
+            *p = pd - *m / (v.sqrt() * a.c2 + a.eps) * a.step;
+        }
+    }
 }
 
 #[cfg(test)]
