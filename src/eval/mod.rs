@@ -410,7 +410,7 @@ pub fn hidden_inputs(model: &Lm, batch: &Batch, chunk: usize, device: &Device) -
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{DeviceKind, ModelConfig};
+    use crate::config::DeviceKind;
 
     /// The masked validation loss of 5 sequences is the same on one worker or two and in any
     /// chunking, and equals the masked mean of −log softmax(logits)[target] computed in f64 on
@@ -418,14 +418,7 @@ mod tests {
     #[test]
     fn eval_loss_does_not_depend_on_workers_or_chunks() {
         let dev = crate::backend::device(DeviceKind::Flex).unwrap();
-        let cfg = ModelConfig {
-            d_model: 16,
-            n_layers: 2,
-            n_heads: 2,
-            d_ff: 24,
-            ctx: 8,
-            ..ModelConfig::default()
-        };
+        let cfg = crate::model::tests::tiny_cfg(); // d 16, 2 layers, ctx 8
         let (vocab, b, t) = (11, 5, 8);
         let model = Lm::new(&cfg, vocab, 3, &dev);
         let id = |i: usize, salt: usize| ((i * 7 + salt * 3 + i / 5) % vocab) as u32;

@@ -556,7 +556,7 @@ pub fn non_embedding_params(model: &Lm) -> usize {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use burn::tensor::TensorData;
 
@@ -570,8 +570,9 @@ mod tests {
         assert_eq!(y, vec![1.0, 3.0, 2.0, 4.0]);
     }
 
-    /// d 16, 2 layers of 2 heads, FFN 24, ctx 8; the rest default.
-    fn tiny_cfg() -> ModelConfig {
+    /// d 16, 2 layers of 2 heads, FFN 24, ctx 8; the rest default (also for other modules'
+    /// tests).
+    pub(crate) fn tiny_cfg() -> ModelConfig {
         ModelConfig {
             d_model: 16,
             n_layers: 2,
