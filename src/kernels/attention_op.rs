@@ -115,13 +115,23 @@ impl AttentionOps for burn::backend::flex::Flex {
         z: FloatTensor<Self>,
         args: AttnArgs,
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
-        use super::ops::{flex, host};
+        use super::cpu::attention::{Dims, forward};
+        use super::ops::{flex, flex4, host, like, st, strided};
         use burn::backend::TensorMetadata;
-        let dims = super::cpu::attention::Dims::of(q.shape().as_slice(), k.shape().as_slice());
-        let (out, lse) =
-            super::cpu::attention::forward(&host(&q), &host(&k), &host(&v), &host(&z), dims, &args);
+        let dims = Dims::of(q.shape().as_slice(), k.shape().as_slice());
         let [b, h, nq, d] = [dims.b, dims.h, dims.q, dims.d];
-        (flex(out, &[b, h, nq, d]), flex(lse, &[b, h, nq]))
+        let ((qt, qv), (kt, kv), (vt, vv)) = (strided(&q), strided(&k), strided(&v));
+        let ov = like(qv, h, nq, d);
+        let (out, lse) = forward(
+            st(&qt, qv),
+            st(&kt, kv),
+            st(&vt, vv),
+            &host(&z),
+            dims,
+            &args,
+            ov,
+        );
+        (flex4(out, [b, h, nq, d], ov), flex(lse, &[b, h, nq]))
     }
 
     fn attention_backward(
@@ -139,27 +149,32 @@ impl AttentionOps for burn::backend::flex::Flex {
         FloatTensor<Self>,
         FloatTensor<Self>,
     ) {
-        use super::ops::{flex, host};
+        use super::cpu::attention::{Dims, Saved, backward};
+        use super::ops::{flex, flex4, host, like, st, strided};
         use burn::backend::TensorMetadata;
-        let dims = super::cpu::attention::Dims::of(q.shape().as_slice(), k.shape().as_slice());
-        let g = super::cpu::attention::backward(
-            super::cpu::attention::Saved {
-                q: &host(&q),
-                k: &host(&k),
-                v: &host(&v),
+        let dims = Dims::of(q.shape().as_slice(), k.shape().as_slice());
+        let (b, h, nq, c, d) = (dims.b, dims.h, dims.q, dims.c, dims.d);
+        let ((qt, qv), (kt, kv), (vt, vv)) = (strided(&q), strided(&k), strided(&v));
+        let ((ot, ov), (gt, gv)) = (strided(&out), strided(&grad));
+        let views = (like(qv, h, nq, d), like(kv, h, c, d), like(vv, h, c, d));
+        let g = backward(
+            Saved {
+                q: st(&qt, qv),
+                k: st(&kt, kv),
+                v: st(&vt, vv),
                 z: &host(&z),
-                out: &host(&out),
+                out: st(&ot, ov),
                 lse: &host(&lse),
             },
-            &host(&grad),
+            st(&gt, gv),
             dims,
             &args,
+            views,
         );
-        let (b, h, nq, c, d) = (dims.b, dims.h, dims.q, dims.c, dims.d);
         (
-            flex(g.dq, &[b, h, nq, d]),
-            flex(g.dk, &[b, h, c, d]),
-            flex(g.dv, &[b, h, c, d]),
+            flex4(g.dq, [b, h, nq, d], views.0),
+            flex4(g.dk, [b, h, c, d], views.1),
+            flex4(g.dv, [b, h, c, d], views.2),
             flex(g.dz, &[h]),
         )
     }

@@ -162,8 +162,8 @@ pub fn rope(
     pairing: crate::config::RopePairing,
 ) -> burn::tensor::Tensor<4> {
     use cpu::rope::Pairing;
-    let dims = x.dims();
     let [s, half] = [cos.dims()[2], cos.dims()[3]];
+    assert_eq!(x.dims()[2], s, "rope: one table row per position");
     let args = ops::RopeArgs {
         r,
         pairing: match pairing {
@@ -172,13 +172,7 @@ pub fn rope(
         },
     };
     let table = |t: &burn::tensor::Tensor<4>| t.clone().reshape([s, half]);
-    ops::rope(
-        x.reshape([dims[0] * dims[1] * dims[2], dims[3]]),
-        table(cos),
-        table(sin),
-        args,
-    )
-    .reshape(dims)
+    ops::rope(x, table(cos), table(sin), args)
 }
 
 /// RMSNorm / LayerNorm over the last dimension by [`cpu::norm`] (`b` unused by RMSNorm); only

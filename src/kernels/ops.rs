@@ -12,6 +12,7 @@
 //! unlisted backend panics).
 
 use super::cpu;
+use super::cpu::attention::View;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
@@ -82,8 +83,8 @@ pub trait KernelPrimitives: Backend {
         grad: FloatTensor<Self>,
         args: NormArgs,
     ) -> [FloatTensor<Self>; 3];
-    /// x (N, d) rotated by the tables cos, sin (S, r/2) (row n at position n mod S); by −θ
-    /// when `inverse` (the backward).
+    /// x (B, H, S, d) rotated by the tables cos, sin (S, r/2) (row (b, h, s) at position s);
+    /// by −θ when `inverse` (the backward).
     fn rope_apply(
         x: FloatTensor<Self>,
         cos: FloatTensor<Self>,
@@ -125,7 +126,8 @@ pub trait KernelOps: Backend {
         b: FloatTensor<Self>,
         args: NormArgs,
     ) -> FloatTensor<Self>;
-    /// x (N, d), constant tables cos, sin (S, r/2) → x rotated (row n at position n mod S).
+    /// x (B, H, S, d), constant tables cos, sin (S, r/2) → x rotated (row (b, h, s) at
+    /// position s).
     fn fused_rope(
         x: FloatTensor<Self>,
         cos: FloatTensor<Self>,
@@ -333,6 +335,56 @@ pub(super) fn host(t: &FlexTensor) -> std::borrow::Cow<'_, [f32]> {
     }
 }
 
+/// A 4-d Flex tensor's storage and how (B, H, N, D) reaches into it: its own strides when the
+/// last dimension is unit-stride and none is negative (the kernel reads heads split off a
+/// linear layer's output in place), else a contiguous copy.
+pub(super) fn strided(t: &FlexTensor) -> (FlexTensor, View) {
+    let (shape, layout) = (t.shape(), t.layout());
+    let st = layout.strides();
+    match (shape.as_slice(), st) {
+        (&[_, _, _, _], &[sb, sh, rs, 1]) if sb >= 0 && sh >= 0 && rs >= 0 => (
+            t.clone(),
+            View {
+                off: layout.start_offset(),
+                sb: sb as usize,
+                sh: sh as usize,
+                rs: rs as usize,
+            },
+        ),
+        (&[_, h, n, d], _) => (t.to_contiguous(), View::heads_major(h, n, d)),
+        (other, _) => panic!("attention kernel: expected a 4-d tensor, got {other:?}"),
+    }
+}
+
+/// The kernel's view of a tensor [`strided`] returned.
+pub(super) fn st(t: &FlexTensor, view: View) -> super::cpu::attention::Strided<'_> {
+    super::cpu::attention::Strided {
+        data: t.storage::<f32>(),
+        view,
+    }
+}
+
+/// The layout an output shaped like an input takes: sequence-major when the input is (its
+/// gradient then flows back through the head split without a copy), else heads-major.
+pub(super) fn like(view: View, h: usize, n: usize, d: usize) -> View {
+    if view == View::seq_major(h, n, d) {
+        view
+    } else {
+        View::heads_major(h, n, d)
+    }
+}
+
+/// A Flex f32 tensor (B, H, N, D) holding `data` stored through `view` (heads- or sequence-major).
+pub(super) fn flex4(data: Vec<f32>, [b, h, n, d]: [usize; 4], view: View) -> FlexTensor {
+    debug_assert!(view == View::seq_major(h, n, d) || view == View::heads_major(h, n, d));
+    let strides = [view.sb, view.sh, view.rs, 1].map(|x| x as isize).to_vec();
+    FlexTensor::new(
+        burn::tensor::Bytes::from_elems(data),
+        Layout::new(Shape::from(vec![b, h, n, d]), strides, 0),
+        DType::F32,
+    )
+}
+
 /// A Flex integer tensor's values as u32 (token ids).
 fn host_ids(t: &FlexTensor) -> Vec<u32> {
     let t = t.to_contiguous();
@@ -434,17 +486,43 @@ impl KernelPrimitives for Flex {
         args: RopeArgs,
         inverse: bool,
     ) -> FlexTensor {
-        let [n, d] = two(&x);
+        let [b, h, s, d] = match x.shape().as_slice() {
+            &[b, h, s, d] => [b, h, s, d],
+            other => panic!("rope: expected (B, H, S, d), got {other:?}"),
+        };
+        // Heads split off a linear layer's output are (B, S, H, d) in storage: rotated where
+        // they lie (the H rows of a position share its angles) and returned in that layout.
+        let (xt, view) = strided(&x);
+        let n = b * h * s * d;
+        let (rows, group, out) = if view == View::seq_major(h, s, d) {
+            (&xt.storage::<f32>()[view.off..view.off + n], h, view)
+        } else if view == View::heads_major(h, s, d) {
+            (&xt.storage::<f32>()[view.off..view.off + n], 1, view)
+        } else {
+            let c = x.to_contiguous();
+            let y = cpu::rope::apply(
+                &host(&c),
+                &host(&cos),
+                &host(&sin),
+                d,
+                args.r,
+                1,
+                args.pairing,
+                inverse,
+            );
+            return flex(y, &[b, h, s, d]);
+        };
         let y = cpu::rope::apply(
-            &host(&x),
+            rows,
             &host(&cos),
             &host(&sin),
             d,
             args.r,
+            group,
             args.pairing,
             inverse,
         );
-        flex(y, &[n, d])
+        flex4(y, [b, h, s, d], View { off: 0, ..out })
     }
 
     fn xent_forward(
@@ -496,8 +574,8 @@ pub fn cross_entropy(logits: Tensor<2>, targets: Tensor<1, Int>, weights: Tensor
     ))
 }
 
-/// [`KernelOps::fused_rope`] on tensors: x (N, d), cos and sin (S, r/2) → (N, d).
-pub fn rope(x: Tensor<2>, cos: Tensor<2>, sin: Tensor<2>, args: RopeArgs) -> Tensor<2> {
+/// [`KernelOps::fused_rope`] on tensors: x (B, H, S, d), cos and sin (S, r/2) → (B, H, S, d).
+pub fn rope(x: Tensor<4>, cos: Tensor<2>, sin: Tensor<2>, args: RopeArgs) -> Tensor<4> {
     Tensor::from_dispatch(<Dispatch as KernelOps>::fused_rope(
         x.into_dispatch(),
         cos.into_dispatch(),

@@ -429,7 +429,8 @@ mod tests {
     use super::*;
 
     /// The RoPE kernel is bit-identical to Burn's element-wise ops, forward and backward, for
-    /// both pairings, a partial rotation and a table that starts past position 0.
+    /// both pairings, a partial rotation, a table that starts past position 0 and x stored
+    /// heads-major or sequence-major.
     #[test]
     fn the_rope_kernel_is_bit_identical_to_the_explicit_ops() {
         let dev = Device::flex().autodiff();
@@ -455,9 +456,26 @@ mod tests {
                 Tensor::<2>::from_data(TensorData::new(v, [s, half]), &dev).unsqueeze::<4>()
             };
             let (cos, sin) = (table(f64::cos), table(f64::sin));
-            let run = |kernel: bool| {
-                let xt = Tensor::<4>::from_data(TensorData::new(x.clone(), [b, h, s, dh]), &dev)
-                    .require_grad();
+            // `seq`: x split into heads off a (B, S, H·d_h) tensor, as the attention's
+            // projections are (the kernel rotates it where it lies, sequence-major)
+            let run = |kernel: bool, seq: bool| {
+                let base = if seq {
+                    let mut xs = vec![0f32; n];
+                    for (i, v) in x.iter().enumerate() {
+                        let (bh, rest) = (i / (s * dh), i % (s * dh));
+                        let (bi, hi, p, t) = (bh / h, bh % h, rest / dh, rest % dh);
+                        xs[((bi * s + p) * h + hi) * dh + t] = *v;
+                    }
+                    Tensor::<4>::from_data(TensorData::new(xs, [b, s, h, dh]), &dev)
+                } else {
+                    Tensor::<4>::from_data(TensorData::new(x.clone(), [b, h, s, dh]), &dev)
+                }
+                .require_grad();
+                let xt = if seq {
+                    base.clone().swap_dims(1, 2)
+                } else {
+                    base.clone()
+                };
                 let y = if kernel {
                     crate::kernels::rope(xt.clone(), &cos, &sin, r, pairing)
                 } else {
@@ -465,13 +483,25 @@ mod tests {
                 };
                 let gt = Tensor::<4>::from_data(TensorData::new(g.clone(), [b, h, s, dh]), &dev);
                 let grads = (y.clone() * gt).sum().backward();
-                let dx = xt.grad(&grads).unwrap();
+                let dx = base.grad(&grads).unwrap();
+                let dx = if seq { dx.swap_dims(1, 2) } else { dx };
                 (
                     y.into_data().try_into_vec::<f32>().unwrap(),
                     dx.into_data().try_into_vec::<f32>().unwrap(),
                 )
             };
-            let (want, got) = (run(false), run(true));
+            let want = run(false, false);
+            assert_eq!(
+                want,
+                run(false, true),
+                "{pairing:?} r {r}: layouts, explicit"
+            );
+            let got = run(true, false);
+            assert_eq!(
+                want,
+                run(true, true),
+                "{pairing:?} r {r}: sequence-major kernel"
+            );
             assert_eq!(want.0, got.0, "{pairing:?} r {r}: values");
             assert_eq!(want.1, got.1, "{pairing:?} r {r}: gradients");
         }

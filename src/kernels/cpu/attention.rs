@@ -52,6 +52,101 @@ impl Dims {
     }
 }
 
+/// Where one (batch, head)'s rows of a (B, H, N, D) tensor lie in its storage: element
+/// (b, h, i, x) at `off + b·sb + h·sh + i·rs + x` (unit stride along D). Heads-major storage
+/// is [`View::heads_major`]; a linear layer's (B, N, H·D) output split into heads without a copy
+/// (`reshape` then `swap_dims(1, 2)`) is [`View::seq_major`], which the kernel reads and writes
+/// in place of the transposes around it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct View {
+    pub off: usize,
+    pub sb: usize,
+    pub sh: usize,
+    pub rs: usize,
+}
+
+impl View {
+    /// Contiguous (B, H, N, D).
+    pub fn heads_major(h: usize, n: usize, d: usize) -> Self {
+        Self {
+            off: 0,
+            sb: h * n * d,
+            sh: n * d,
+            rs: d,
+        }
+    }
+
+    /// (B, H, N, D) stored as contiguous (B, N, H, D).
+    pub fn seq_major(h: usize, n: usize, d: usize) -> Self {
+        Self {
+            off: 0,
+            sb: n * h * d,
+            sh: d,
+            rs: h * d,
+        }
+    }
+
+    /// The storage offset of pair `bh` = b·H + h's first row.
+    fn at(&self, bh: usize, h: usize) -> usize {
+        self.off + (bh / h) * self.sb + (bh % h) * self.sh
+    }
+
+    /// The storage elements a (B, H, N, D) tensor through this view reaches (0 for none).
+    fn reach(&self, b: usize, h: usize, n: usize, d: usize) -> usize {
+        if b * h * n * d == 0 {
+            return 0;
+        }
+        self.off + (b - 1) * self.sb + (h - 1) * self.sh + (n - 1) * self.rs + d
+    }
+}
+
+/// A (B, H, N, D) tensor's storage and its [`View`].
+#[derive(Debug, Clone, Copy)]
+pub struct Strided<'a> {
+    pub data: &'a [f32],
+    pub view: View,
+}
+
+impl<'a> Strided<'a> {
+    /// Contiguous (B, H, N, D) values.
+    pub fn heads_major(data: &'a [f32], h: usize, n: usize, d: usize) -> Self {
+        Self {
+            data,
+            view: View::heads_major(h, n, d),
+        }
+    }
+
+    /// Panics unless every element of (b, h, n, d) lies inside the storage.
+    fn check(&self, (b, h, n, d): (usize, usize, usize, usize), what: &str) {
+        assert!(
+            self.view.reach(b, h, n, d) <= self.data.len(),
+            "attention kernel: {what} ({b}, {h}, {n}, {d}) through {:?} overruns {} elements",
+            self.view,
+            self.data.len()
+        );
+    }
+
+    /// Pair `bh`'s rows: (pointer to its first row, row stride).
+    fn rows(&self, bh: usize, h: usize) -> (*const f32, usize) {
+        (self.data[self.view.at(bh, h)..].as_ptr(), self.view.rs)
+    }
+}
+
+/// A shared output buffer each (batch, head) task writes its own, disjoint, elements of.
+#[derive(Clone, Copy)]
+struct OutPtr(*mut f32);
+// SAFETY: the tasks write disjoint elements (distinct (b, h) pairs of one view) and the buffer
+// outlives them (rayon joins before the owner is used again).
+unsafe impl Send for OutPtr {}
+unsafe impl Sync for OutPtr {}
+
+impl OutPtr {
+    /// The pointer (a method, so closures capture the `Sync` wrapper, not the raw field).
+    fn ptr(self) -> *mut f32 {
+        self.0
+    }
+}
+
 /// The visible columns of `run` inside the block `[j0, j0 + n)`, block-local.
 fn clip(run: [u32; 2], j0: usize, n: usize) -> (usize, usize) {
     let lo = (run[0] as usize).max(j0);
@@ -106,59 +201,70 @@ fn extent(rows: &[[[u32; 2]; 2]]) -> (usize, usize) {
     if lo >= hi { (0, 0) } else { (lo, hi) }
 }
 
-/// (out (B, H, Q, D), lse (B, H, Q)) for contiguous q (B, H, Q, D), k, v (B, H, C, D), z (H).
+/// (out, lse (B, H, Q)) for q (B, H, Q, D), k, v (B, H, C, D) through their views and z (H);
+/// out (B, H, Q, D) is stored as `out_view` says (heads- or sequence-major, B·H·Q·D elements).
 pub fn forward(
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
+    q: Strided,
+    k: Strided,
+    v: Strided,
     z: &[f32],
     dims: Dims,
     args: &AttnArgs,
+    out_view: View,
 ) -> (Vec<f32>, Vec<f32>) {
     let Dims { b, h, q: nq, c, d } = dims;
     assert_eq!(args.runs.len(), nq, "one run pair per query row");
+    q.check((b, h, nq, d), "q");
+    k.check((b, h, c, d), "k");
+    v.check((b, h, c, d), "v");
     let mut out = vec![0f32; b * h * nq * d];
+    assert!(
+        out_view.reach(b, h, nq, d) <= out.len(),
+        "attention kernel: output view"
+    );
+    let o = OutPtr(out.as_mut_ptr());
     let mut lse = vec![0f32; b * h * nq];
-    out.par_chunks_mut(nq * d)
-        .zip(lse.par_chunks_mut(nq))
+    lse.par_chunks_mut(nq.max(1))
         .enumerate()
-        .for_each(|(bh, (o, l))| {
+        .for_each(|(bh, l)| {
             let hi = bh % h;
-            let (qs, ks, vs) = (
-                &q[bh * nq * d..(bh + 1) * nq * d],
-                &k[bh * c * d..(bh + 1) * c * d],
-                &v[bh * c * d..(bh + 1) * c * d],
-            );
             let bias = args
                 .bias
                 .as_ref()
                 .map(|x| &x[hi * nq * c..(hi + 1) * nq * c]);
-            head_forward(qs, ks, vs, z[hi], bias, dims, args, o, l);
+            // SAFETY: pair bh writes only its own rows of `out` (checked to fit above).
+            let o = unsafe { o.ptr().add(out_view.at(bh, h)) };
+            let (qs, ks, vs) = (q.rows(bh, h), k.rows(bh, h), v.rows(bh, h));
+            head_forward((qs, ks, vs), z[hi], bias, dims, args, (o, out_view.rs), l);
         });
     (out, lse)
 }
 
-/// One (batch, head): q (Q, D), k, v (C, D) → o (Q, D), lse (Q).
-#[allow(clippy::too_many_arguments)]
+/// One (batch, head): q (Q, D), k, v (C, D), each (first row, row stride) → o (Q, D) written
+/// at (first row, row stride), lse (Q).
+#[allow(clippy::type_complexity)]
 fn head_forward(
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
+    (q, k, v): (
+        (*const f32, usize),
+        (*const f32, usize),
+        (*const f32, usize),
+    ),
     z: f32,
     bias: Option<&[f32]>,
     dims: Dims,
     args: &AttnArgs,
-    o: &mut [f32],
+    (o, ors): (*mut f32, usize),
     lse: &mut [f32],
 ) {
     let Dims { q: nq, c, d, .. } = dims;
     let mut s = vec![0f32; BR * BC];
+    let mut acc = vec![0f32; BR * d]; // Σ e^(s − m) v of a query block, then its o
     let mut m = [0f32; BR];
     let mut l = [0f32; BR];
     for i0 in (0..nq).step_by(BR) {
         let rows = BR.min(nq - i0);
         let runs = &args.runs[i0..i0 + rows];
-        let acc = &mut o[i0 * d..(i0 + rows) * d]; // accumulates Σ e^(s − m) v, then o
+        let acc = &mut acc[..rows * d];
         acc.fill(0.0);
         m[..rows].fill(z);
         l[..rows].fill(if z > f32::NEG_INFINITY { 1.0 } else { 0.0 });
@@ -169,12 +275,14 @@ fn head_forward(
                 continue;
             }
             // S = scale · Q_blk K_blkᵀ  (rows × cols)
+            // SAFETY (all products here): the views were checked to reach only inside their
+            // storage; s and acc are this task's own.
             unsafe {
                 gemm::mm(
                     (rows, cols, d),
                     (s.as_mut_ptr(), cols, false),
-                    (q[i0 * d..].as_ptr(), d as isize, 1),
-                    (k[j0 * d..].as_ptr(), 1, d as isize),
+                    (q.0.add(i0 * q.1), q.1 as isize, 1),
+                    (k.0.add(j0 * k.1), 1, k.1 as isize),
                     args.scale,
                 );
             }
@@ -204,34 +312,39 @@ fn head_forward(
                     (rows, d, cols),
                     (acc.as_mut_ptr(), d, true),
                     (s.as_ptr(), cols as isize, 1),
-                    (v[j0 * d..].as_ptr(), d as isize, 1),
+                    (v.0.add(j0 * v.1), v.1 as isize, 1),
                     1.0,
                 );
             }
         }
         for r in 0..rows {
+            let orow = &mut acc[r * d..(r + 1) * d];
             if l[r] > 0.0 {
                 let inv = 1.0 / l[r];
-                acc[r * d..(r + 1) * d].iter_mut().for_each(|x| *x *= inv);
+                orow.iter_mut().for_each(|x| *x *= inv);
                 lse[i0 + r] = m[r] + l[r].ln();
             } else {
                 lse[i0 + r] = f32::NEG_INFINITY; // o stays 0
+            }
+            // SAFETY: row i0 + r of this pair's output, inside the checked view.
+            unsafe {
+                std::ptr::copy_nonoverlapping(orow.as_ptr(), o.add((i0 + r) * ors), d);
             }
         }
     }
 }
 
-/// What the forward saved, contiguous (shapes as in [`forward`]).
+/// What the forward saved (shapes and views as in [`forward`]).
 pub struct Saved<'a> {
-    pub q: &'a [f32],
-    pub k: &'a [f32],
-    pub v: &'a [f32],
+    pub q: Strided<'a>,
+    pub k: Strided<'a>,
+    pub v: Strided<'a>,
     pub z: &'a [f32],
-    pub out: &'a [f32],
+    pub out: Strided<'a>,
     pub lse: &'a [f32],
 }
 
-/// Gradients of q, k, v and z.
+/// Gradients of q, k, v (stored through the views passed to [`backward`]) and z.
 pub struct Grads {
     pub dq: Vec<f32>,
     pub dk: Vec<f32>,
@@ -239,37 +352,62 @@ pub struct Grads {
     pub dz: Vec<f32>,
 }
 
-/// The backward for the upstream gradient `dout` (B, H, Q, D).
-pub fn backward<'a>(saved: Saved<'a>, dout: &[f32], dims: Dims, args: &AttnArgs) -> Grads {
+/// The backward for the upstream gradient `dout` (B, H, Q, D); ∂q is stored through `views.0`,
+/// ∂k and ∂v through `views.1` and `views.2` (heads- or sequence-major).
+pub fn backward(
+    saved: Saved,
+    dout: Strided,
+    dims: Dims,
+    args: &AttnArgs,
+    views: (View, View, View),
+) -> Grads {
     let Dims { b, h, q: nq, c, d } = dims;
+    saved.q.check((b, h, nq, d), "q");
+    saved.k.check((b, h, c, d), "k");
+    saved.v.check((b, h, c, d), "v");
+    saved.out.check((b, h, nq, d), "out");
+    dout.check((b, h, nq, d), "dout");
     let mut dq = vec![0f32; b * h * nq * d];
     let mut dk = vec![0f32; b * h * c * d];
     let mut dv = vec![0f32; b * h * c * d];
-    let dz_parts: Vec<f32> = dq
-        .par_chunks_mut(nq * d)
-        .zip(dk.par_chunks_mut(c * d))
-        .zip(dv.par_chunks_mut(c * d))
-        .enumerate()
-        .map(|(bh, ((dq, dk), dv))| {
+    assert!(
+        views.0.reach(b, h, nq, d) <= dq.len()
+            && views.1.reach(b, h, c, d) <= dk.len()
+            && views.2.reach(b, h, c, d) <= dv.len(),
+        "attention kernel: gradient views"
+    );
+    let (pq, pk, pv) = (
+        OutPtr(dq.as_mut_ptr()),
+        OutPtr(dk.as_mut_ptr()),
+        OutPtr(dv.as_mut_ptr()),
+    );
+    let dz_parts: Vec<f32> = (0..b * h)
+        .into_par_iter()
+        .map(|bh| {
             let hi = bh % h;
-            let qd = |x: &[f32]| x[bh * nq * d..(bh + 1) * nq * d].to_vec();
-            let cd = |x: &'a [f32]| &x[bh * c * d..(bh + 1) * c * d];
-            let (q, o, g) = (qd(saved.q), qd(saved.out), qd(dout));
             let bias = args
                 .bias
                 .as_ref()
                 .map(|x| &x[hi * nq * c..(hi + 1) * nq * c]);
             let head = Head {
-                q: &q,
-                k: cd(saved.k),
-                v: cd(saved.v),
-                o: &o,
-                g: &g,
+                q: saved.q.rows(bh, h),
+                k: saved.k.rows(bh, h),
+                v: saved.v.rows(bh, h),
+                o: saved.out.rows(bh, h),
+                g: dout.rows(bh, h),
                 lse: &saved.lse[bh * nq..(bh + 1) * nq],
                 z: saved.z[hi],
                 bias,
             };
-            head.backward(dims, args, dq, dk, dv)
+            // SAFETY: pair bh writes only its own rows of dq, dk, dv (checked to fit above).
+            let out = unsafe {
+                (
+                    (pq.ptr().add(views.0.at(bh, h)), views.0.rs),
+                    (pk.ptr().add(views.1.at(bh, h)), views.1.rs),
+                    (pv.ptr().add(views.2.at(bh, h)), views.2.rs),
+                )
+            };
+            head.backward(dims, args, out)
         })
         .collect();
     let mut dz = vec![0f32; h];
@@ -279,32 +417,43 @@ pub fn backward<'a>(saved: Saved<'a>, dout: &[f32], dims: Dims, args: &AttnArgs)
     Grads { dq, dk, dv, dz }
 }
 
-/// One (batch, head)'s saved values and upstream gradient.
+/// One (batch, head)'s saved values and upstream gradient, each (first row, row stride).
 struct Head<'a> {
-    q: &'a [f32],
-    k: &'a [f32],
-    v: &'a [f32],
-    o: &'a [f32],
-    g: &'a [f32],
+    q: (*const f32, usize),
+    k: (*const f32, usize),
+    v: (*const f32, usize),
+    o: (*const f32, usize),
+    g: (*const f32, usize),
     lse: &'a [f32],
     z: f32,
     bias: Option<&'a [f32]>,
 }
 
+/// Row `i` (width d) of (first row, row stride).
+///
+/// # Safety
+/// The row must lie inside the storage the pointer came from.
+unsafe fn row<'a>((p, rs): (*const f32, usize), i: usize, d: usize) -> &'a [f32] {
+    unsafe { std::slice::from_raw_parts(p.add(i * rs), d) }
+}
+
 impl Head<'_> {
-    /// Accumulate ∂q (Q, D), ∂k, ∂v (C, D); return this head's share of ∂z.
+    /// Accumulate ∂q (Q, D), ∂k, ∂v (C, D), each at (first row, row stride); return this
+    /// head's share of ∂z.
+    #[allow(clippy::type_complexity)]
     fn backward(
         &self,
         dims: Dims,
         args: &AttnArgs,
-        dq: &mut [f32],
-        dk: &mut [f32],
-        dv: &mut [f32],
+        (dq, dk, dv): ((*mut f32, usize), (*mut f32, usize), (*mut f32, usize)),
     ) -> f32 {
-        let Dims { q: nq, c, d, .. } = dims;
+        let Dims { q: nq, d, c, .. } = dims;
+        let (q, k, v, g) = (self.q, self.k, self.v, self.g);
         // D_i = do_i · o_i
+        // SAFETY (rows and products below): every row and block lies inside the views
+        // `backward` checked; dq, dk, dv are this pair's own rows; p and ds are local.
         let big_d: Vec<f32> = (0..nq)
-            .map(|i| dot(&self.g[i * d..(i + 1) * d], &self.o[i * d..(i + 1) * d]))
+            .map(|i| unsafe { dot(row(g, i, d), row(self.o, i, d)) })
             .collect();
         let mut p = vec![0f32; BR * BC];
         let mut ds = vec![0f32; BR * BC];
@@ -322,16 +471,16 @@ impl Head<'_> {
                     gemm::mm(
                         (rows, cols, d),
                         (p.as_mut_ptr(), cols, false),
-                        (self.q[i0 * d..].as_ptr(), d as isize, 1),
-                        (self.k[j0 * d..].as_ptr(), 1, d as isize),
+                        (q.0.add(i0 * q.1), q.1 as isize, 1),
+                        (k.0.add(j0 * k.1), 1, k.1 as isize),
                         args.scale,
                     );
                     // dP = dO_blk V_blkᵀ
                     gemm::mm(
                         (rows, cols, d),
                         (ds.as_mut_ptr(), cols, false),
-                        (self.g[i0 * d..].as_ptr(), d as isize, 1),
-                        (self.v[j0 * d..].as_ptr(), 1, d as isize),
+                        (g.0.add(i0 * g.1), g.1 as isize, 1),
+                        (v.0.add(j0 * v.1), 1, v.1 as isize),
                         1.0,
                     );
                 }
@@ -359,25 +508,25 @@ impl Head<'_> {
                     // dV_blk += P_blkᵀ dO_blk   (cols × d)
                     gemm::mm(
                         (cols, d, rows),
-                        (dv[j0 * d..].as_mut_ptr(), d, true),
+                        (dv.0.add(j0 * dv.1), dv.1, true),
                         (p.as_ptr(), 1, cols as isize),
-                        (self.g[i0 * d..].as_ptr(), d as isize, 1),
+                        (g.0.add(i0 * g.1), g.1 as isize, 1),
                         1.0,
                     );
                     // dQ_blk += scale · dS K_blk   (rows × d)
                     gemm::mm(
                         (rows, d, cols),
-                        (dq[i0 * d..].as_mut_ptr(), d, true),
+                        (dq.0.add(i0 * dq.1), dq.1, true),
                         (ds.as_ptr(), cols as isize, 1),
-                        (self.k[j0 * d..].as_ptr(), d as isize, 1),
+                        (k.0.add(j0 * k.1), k.1 as isize, 1),
                         args.scale,
                     );
                     // dK_blk += scale · dSᵀ Q_blk   (cols × d)
                     gemm::mm(
                         (cols, d, rows),
-                        (dk[j0 * d..].as_mut_ptr(), d, true),
+                        (dk.0.add(j0 * dk.1), dk.1, true),
                         (ds.as_ptr(), 1, cols as isize),
-                        (self.q[i0 * d..].as_ptr(), d as isize, 1),
+                        (q.0.add(i0 * q.1), q.1 as isize, 1),
                         args.scale,
                     );
                 }
@@ -418,7 +567,7 @@ mod tests {
     /// (o, lse, dq, dk, dv, dz).
     #[allow(clippy::type_complexity, clippy::needless_range_loop)]
     fn reference(
-        s: &Saved,
+        (q, k, v, zs): (&[f32], &[f32], &[f32], &[f32]),
         g: &[f32],
         dims: Dims,
         args: &AttnArgs,
@@ -433,18 +582,18 @@ mod tests {
         );
         for bh in 0..b * h {
             let hi = bh % h;
-            let z = s.z[hi] as f64;
+            let z = zs[hi] as f64;
             for i in 0..nq {
                 let runs = args.runs[i];
                 let seen = |j: usize| {
                     runs.iter()
                         .any(|r| (r[0] as usize..r[1] as usize).contains(&j))
                 };
-                let qi = &s.q[(bh * nq + i) * d..][..d];
+                let qi = &q[(bh * nq + i) * d..][..d];
                 let mut sc = vec![f64::NEG_INFINITY; c];
                 for (j, x) in sc.iter_mut().enumerate() {
                     if seen(j) {
-                        let kj = &s.k[(bh * c + j) * d..][..d];
+                        let kj = &k[(bh * c + j) * d..][..d];
                         let dotp: f64 = qi.iter().zip(kj).map(|(a, b)| *a as f64 * *b as f64).sum();
                         let bias = args
                             .bias
@@ -462,19 +611,19 @@ mod tests {
                 let mut oi = vec![0.0; d];
                 for (j, pj) in p.iter().enumerate() {
                     for t in 0..d {
-                        oi[t] += pj * s.v[(bh * c + j) * d + t] as f64;
+                        oi[t] += pj * v[(bh * c + j) * d + t] as f64;
                     }
                 }
                 let big_d: f64 = oi.iter().zip(gi).map(|(a, b)| a * *b as f64).sum();
                 for (j, pj) in p.iter().enumerate() {
                     let dp: f64 = (0..d)
-                        .map(|t| gi[t] as f64 * s.v[(bh * c + j) * d + t] as f64)
+                        .map(|t| gi[t] as f64 * v[(bh * c + j) * d + t] as f64)
                         .sum();
                     let ds = pj * (dp - big_d);
                     for t in 0..d {
                         dv[(bh * c + j) * d + t] += pj * gi[t] as f64;
                         dq[(bh * nq + i) * d + t] +=
-                            args.scale as f64 * ds * s.k[(bh * c + j) * d + t] as f64;
+                            args.scale as f64 * ds * k[(bh * c + j) * d + t] as f64;
                         dk[(bh * c + j) * d + t] += args.scale as f64 * ds * qi[t] as f64;
                     }
                 }
@@ -485,6 +634,34 @@ mod tests {
             }
         }
         (o, lse, dq, dk, dv, dz)
+    }
+
+    /// Heads-major (B, H, N, D) values stored through `view`.
+    fn store(x: &[f32], view: View, (b, h, n, d): (usize, usize, usize, usize)) -> Vec<f32> {
+        let mut out = vec![f32::NAN; b * h * n * d];
+        for bh in 0..b * h {
+            for i in 0..n {
+                let at = view.at(bh, h) + i * view.rs;
+                out[at..at + d].copy_from_slice(&x[(bh * n + i) * d..][..d]);
+            }
+        }
+        out
+    }
+
+    /// The heads-major (B, H, N, D) values of storage read through `view`.
+    fn load(x: &[f32], view: View, (b, h, n, d): (usize, usize, usize, usize)) -> Vec<f32> {
+        let mut out = Vec::with_capacity(b * h * n * d);
+        for bh in 0..b * h {
+            for i in 0..n {
+                let at = view.at(bh, h) + i * view.rs;
+                out.extend_from_slice(&x[at..at + d]);
+            }
+        }
+        out
+    }
+
+    fn st(data: &[f32], view: View) -> Strided<'_> {
+        Strided { data, view }
     }
 
     fn close(got: &[f32], want: &[f64], tol: f64, what: &str) {
@@ -548,24 +725,49 @@ mod tests {
                     let k = noise(b * h * c * d, 2);
                     let v = noise(b * h * c * d, 3);
                     let g = noise(b * h * nq * d, 4);
-                    let (o, lse) = forward(&q, &k, &v, &z, dims, &args);
-                    let saved = Saved {
-                        q: &q,
-                        k: &k,
-                        v: &v,
-                        z: &z,
-                        out: &o,
-                        lse: &lse,
-                    };
                     let what = format!("{name}, {zname}, bias {with_bias}");
-                    let (ro, rl, rdq, rdk, rdv, rdz) = reference(&saved, &g, dims, &args);
-                    close(&o, &ro, 1e-5, &format!("{what}: o"));
-                    close(&lse, &rl, 1e-6, &format!("{what}: lse"));
-                    let gr = backward(saved, &g, dims, &args);
-                    close(&gr.dq, &rdq, 1e-5, &format!("{what}: dq"));
-                    close(&gr.dk, &rdk, 1e-5, &format!("{what}: dk"));
-                    close(&gr.dv, &rdv, 1e-5, &format!("{what}: dv"));
-                    close(&gr.dz, &rdz, 1e-5, &format!("{what}: dz"));
+                    let (ro, rl, rdq, rdk, rdv, rdz) = reference((&q, &k, &v, &z), &g, dims, &args);
+                    // every tensor heads-major, then every tensor sequence-major
+                    for seq in [false, true] {
+                        let lay = |x: &[f32], n: usize| {
+                            let view = if seq {
+                                View::seq_major(h, n, d)
+                            } else {
+                                View::heads_major(h, n, d)
+                            };
+                            (store(x, view, (b, h, n, d)), view)
+                        };
+                        let ((q, qv), (k, kv), (v, vv), (g, gv)) =
+                            (lay(&q, nq), lay(&k, c), lay(&v, c), lay(&g, nq));
+                        let (o, lse) =
+                            forward(st(&q, qv), st(&k, kv), st(&v, vv), &z, dims, &args, qv);
+                        let what = format!("{what}, sequence-major {seq}");
+                        close(
+                            &load(&o, qv, (b, h, nq, d)),
+                            &ro,
+                            1e-5,
+                            &format!("{what}: o"),
+                        );
+                        close(&lse, &rl, 1e-6, &format!("{what}: lse"));
+                        let saved = Saved {
+                            q: st(&q, qv),
+                            k: st(&k, kv),
+                            v: st(&v, vv),
+                            z: &z,
+                            out: st(&o, qv),
+                            lse: &lse,
+                        };
+                        let gr = backward(saved, st(&g, gv), dims, &args, (qv, kv, vv));
+                        let (dq, dk, dv) = (
+                            load(&gr.dq, qv, (b, h, nq, d)),
+                            load(&gr.dk, kv, (b, h, c, d)),
+                            load(&gr.dv, vv, (b, h, c, d)),
+                        );
+                        close(&dq, &rdq, 1e-5, &format!("{what}: dq"));
+                        close(&dk, &rdk, 1e-5, &format!("{what}: dk"));
+                        close(&dv, &rdv, 1e-5, &format!("{what}: dv"));
+                        close(&gr.dz, &rdz, 1e-5, &format!("{what}: dz"));
+                    }
                 }
             }
         }

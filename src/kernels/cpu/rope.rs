@@ -23,52 +23,93 @@ pub enum Pairing {
     Adjacent,
 }
 
-/// x (rows × d, rows = blocks × S with S the table's rows, position s = row mod S) rotated by
-/// the tables cos, sin (S × r/2); `inverse` rotates by −θ (the backward).
+/// x (rows × d) rotated by the tables cos, sin (S × r/2), row n at position (n / `group`)
+/// mod S: `group` = 1 for heads-major (B, H, S, d) rows, H for the same tensor stored
+/// sequence-major (B, S, H, d), where the H rows of a position share its angles. `inverse`
+/// rotates by −θ (the backward).
+#[allow(clippy::too_many_arguments)]
 pub fn apply(
     x: &[f32],
     cos: &[f32],
     sin: &[f32],
     d: usize,
     r: usize,
+    group: usize,
     pairing: Pairing,
     inverse: bool,
 ) -> Vec<f32> {
     let half = r / 2;
     assert!(
-        r <= d && r.is_multiple_of(2) && half > 0,
-        "rope: r {r} of d {d}"
+        r <= d && r.is_multiple_of(2) && half > 0 && group > 0,
+        "rope: r {r} of d {d}, group {group}"
     );
     assert_eq!(cos.len(), sin.len(), "rope: cos and sin tables");
     let s = cos.len() / half;
+    let block = s * group * d; // the rows of one sequence
     assert_eq!(
-        x.len() % (s * d),
+        x.len() % block,
         0,
         "rope: rows are whole blocks of the table's positions"
     );
     let mut y = vec![0f32; x.len()];
-    y.par_chunks_mut(s * d)
-        .zip(x.par_chunks(s * d))
+    y.par_chunks_mut(block)
+        .zip(x.par_chunks(block))
         .for_each(|(yb, xb)| {
-            for ((yr, xr), p) in yb.chunks_exact_mut(d).zip(xb.chunks_exact(d)).zip(0..s) {
+            let rows = yb.chunks_exact_mut(d).zip(xb.chunks_exact(d));
+            for (n, (yr, xr)) in rows.enumerate() {
+                let p = n / group;
                 let (c, sn) = (
                     &cos[p * half..(p + 1) * half],
                     &sin[p * half..(p + 1) * half],
                 );
-                for i in 0..half {
-                    let (i1, i2) = match pairing {
-                        Pairing::Halves => (i, i + half),
-                        Pairing::Adjacent => (2 * i, 2 * i + 1),
-                    };
-                    let (x1, x2) = (xr[i1], xr[i2]);
-                    let (ci, si) = (c[i], if inverse { -sn[i] } else { sn[i] });
-                    yr[i1] = x1 * ci - x2 * si;
-                    yr[i2] = x1 * si + x2 * ci;
+                match pairing {
+                    Pairing::Halves => {
+                        let (x1, x2) = xr[..r].split_at(half);
+                        let (y1, y2) = yr[..r].split_at_mut(half);
+                        rotate(x1, x2, c, sn, y1, y2, inverse);
+                    }
+                    Pairing::Adjacent => {
+                        for i in 0..half {
+                            let (x1, x2) = (xr[2 * i], xr[2 * i + 1]);
+                            let si = if inverse { -sn[i] } else { sn[i] };
+                            yr[2 * i] = x1 * c[i] - x2 * si;
+                            yr[2 * i + 1] = x1 * si + x2 * c[i];
+                        }
+                    }
                 }
                 yr[r..].copy_from_slice(&xr[r..]);
             }
         });
     y
+}
+
+/// (y1, y2) ← the pairs (x1_i, x2_i) rotated, in loops the compiler vectorises. Each output
+/// is one product pair and one sum, exactly as Burn's element-wise ops round them: forward
+/// `(x1 c − x2 s, x1 s + x2 c)`; inverse `(x1 c + x2 s, x2 c − x1 s)`, which is the forward
+/// with −s (negation is exact and the sums commute).
+#[inline(always)]
+fn rotate(
+    x1: &[f32],
+    x2: &[f32],
+    c: &[f32],
+    s: &[f32],
+    y1: &mut [f32],
+    y2: &mut [f32],
+    inverse: bool,
+) {
+    let n = x1.len();
+    let (x2, c, s, y1, y2) = (&x2[..n], &c[..n], &s[..n], &mut y1[..n], &mut y2[..n]);
+    if inverse {
+        for i in 0..n {
+            y1[i] = x1[i] * c[i] + x2[i] * s[i];
+            y2[i] = x2[i] * c[i] - x1[i] * s[i];
+        }
+    } else {
+        for i in 0..n {
+            y1[i] = x1[i] * c[i] - x2[i] * s[i];
+            y2[i] = x1[i] * s[i] + x2[i] * c[i];
+        }
+    }
 }
 
 #[cfg(test)]
@@ -100,8 +141,8 @@ mod tests {
             let sin: Vec<f32> = (0..s * half)
                 .map(|k| theta(k / half, k % half).sin() as f32)
                 .collect();
-            let y = apply(&x, &cos, &sin, d, r, pairing, false);
-            let dx = apply(&g, &cos, &sin, d, r, pairing, true);
+            let y = apply(&x, &cos, &sin, d, r, 1, pairing, false);
+            let dx = apply(&g, &cos, &sin, d, r, 1, pairing, true);
             for row in 0..blocks * s {
                 let p = row % s;
                 let idx = |i: usize| match pairing {
@@ -129,6 +170,45 @@ mod tests {
                 for j in r..d {
                     assert_eq!(y[row * d + j], x[row * d + j], "pass-through");
                     assert_eq!(dx[row * d + j], g[row * d + j], "pass-through gradient");
+                }
+            }
+        }
+    }
+
+    /// Sequence-major storage with `group` = H gives the heads-major result, permuted, bit for
+    /// bit, both ways and both pairings.
+    #[test]
+    fn sequence_major_rows_equal_heads_major_rows() {
+        let (b, h, s, d, r) = (2, 3, 5, 8, 6);
+        let half = r / 2;
+        let x: Vec<f32> = (0..b * h * s * d)
+            .map(|i| ((i * 29 % 89) as f32 / 89.0 - 0.5) * 3.0)
+            .collect();
+        let cos: Vec<f32> = (0..s * half).map(|k| (0.3 * k as f32).cos()).collect();
+        let sin: Vec<f32> = (0..s * half).map(|k| (0.3 * k as f32).sin()).collect();
+        // (b, h, p, :) heads-major ↔ (b, p, h, :) sequence-major
+        let seq_row = |bi: usize, hi: usize, p: usize| ((bi * s + p) * h + hi) * d;
+        let head_row = |bi: usize, hi: usize, p: usize| ((bi * h + hi) * s + p) * d;
+        let mut xs = vec![0f32; x.len()];
+        for (bi, hi, p) in
+            (0..b).flat_map(|bi| (0..h).flat_map(move |hi| (0..s).map(move |p| (bi, hi, p))))
+        {
+            xs[seq_row(bi, hi, p)..][..d].copy_from_slice(&x[head_row(bi, hi, p)..][..d]);
+        }
+        for pairing in [Pairing::Halves, Pairing::Adjacent] {
+            for inverse in [false, true] {
+                let yh = apply(&x, &cos, &sin, d, r, 1, pairing, inverse);
+                let ys = apply(&xs, &cos, &sin, d, r, h, pairing, inverse);
+                for bi in 0..b {
+                    for hi in 0..h {
+                        for p in 0..s {
+                            assert_eq!(
+                                ys[seq_row(bi, hi, p)..][..d],
+                                yh[head_row(bi, hi, p)..][..d],
+                                "{pairing:?} inverse {inverse} ({bi}, {hi}, {p})"
+                            );
+                        }
+                    }
                 }
             }
         }
