@@ -385,6 +385,20 @@ pub(super) fn flex4(data: Vec<f32>, [b, h, n, d]: [usize; 4], view: View) -> Fle
     )
 }
 
+/// A contiguous f32 tensor of `shape` whose values a kernel may overwrite: `t` itself when no
+/// other tensor shares its buffer (a backward writing its result over an input it read last:
+/// no allocation and no zero-fill), else a copy. Its `storage_mut` then never copies.
+pub(super) fn writable(t: FlexTensor, shape: &[usize]) -> FlexTensor {
+    assert_eq!(t.dtype(), DType::F32, "the CPU kernels run in f32");
+    let n: usize = shape.iter().product();
+    let whole = t.layout().contiguous_offsets() == Some((0, n)) && t.storage::<f32>().len() == n;
+    if whole && t.is_unique() && t.shape().num_elements() == n {
+        t.with_layout(Layout::contiguous(Shape::from(shape.to_vec())))
+    } else {
+        flex(host(&t).into_owned(), shape)
+    }
+}
+
 /// A Flex integer tensor's values as u32 (token ids).
 fn host_ids(t: &FlexTensor) -> Vec<u32> {
     let t = t.to_contiguous();
@@ -446,8 +460,9 @@ impl KernelPrimitives for Flex {
         act: Act,
     ) -> (FlexTensor, FlexTensor) {
         let shape = a.shape().to_vec();
-        let (da, db) = cpu::glu::backward(act, &host(&a), &host(&b), &host(&grad));
-        (flex(da, &shape), flex(db, &shape))
+        let mut da = writable(grad, &shape); // ∂a is written over the upstream gradient
+        let db = cpu::glu::backward(act, &host(&a), &host(&b), da.storage_mut::<f32>());
+        (da, flex(db, &shape))
     }
 
     fn norm_forward(
@@ -470,10 +485,17 @@ impl KernelPrimitives for Flex {
         args: NormArgs,
     ) -> [FlexTensor; 3] {
         let [n, d] = two(&x);
-        let (dx, dg, db) =
-            cpu::norm::backward(args.kind, &host(&x), &host(&g), &host(&r), &host(&grad), d);
+        let mut dx = writable(grad, &[n, d]); // ∂x is written over the upstream gradient
+        let (dg, db) = cpu::norm::backward(
+            args.kind,
+            &host(&x),
+            &host(&g),
+            &host(&r),
+            dx.storage_mut::<f32>(),
+            d,
+        );
         [
-            flex(dx, &[n, d]),
+            dx,
             flex(dg, &[d]),
             flex(db.unwrap_or_else(|| vec![0.0; d]), &[d]),
         ]
@@ -545,15 +567,10 @@ impl KernelPrimitives for Flex {
     ) -> FlexTensor {
         let [n, v] = two(&logits);
         let g = host(&grad)[0];
-        let dx = cpu::xent::backward(
-            &host(&logits),
-            v,
-            &host_ids(&targets),
-            &host(&weights),
-            &host(&lse),
-            g,
-        );
-        flex(dx, &[n, v])
+        let (t, w, lse) = (host_ids(&targets), host(&weights), host(&lse));
+        let mut dx = writable(logits, &[n, v]); // ∂x is written over the logits
+        cpu::xent::backward(dx.storage_mut::<f32>(), v, &t, &w, &lse, g);
+        dx
     }
 }
 

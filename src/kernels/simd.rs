@@ -129,11 +129,35 @@ simd_dispatch! {
 }
 
 simd_dispatch! {
-    /// `out ← s · e^(x − m)` element-wise (a softmax row times a scale).
-    fn exp_sub_scale(x: &[f32], m: f32, s: f32, out: &mut [f32]) {
-        for (o, &v) in out.iter_mut().zip(x) {
-            *o = s * exp1(v - m);
+    /// `x ← s · e^(x − m)` element-wise, in place (a softmax row times a scale).
+    fn exp_sub_scale_inplace(x: &mut [f32], m: f32, s: f32) {
+        for v in x.iter_mut() {
+            *v = s * exp1(*v - m);
         }
+    }
+}
+
+simd_dispatch! {
+    /// `Σ (a_i b_i)` with each product rounded to f32 and the sum kept in f64 (8 interleaved
+    /// partial sums): the statistics of a row exact to f32 whatever its length.
+    fn dot_f64(a: &[f32], b: &[f32]) -> f64 {
+        let mut acc = [0f64; 8];
+        let n = a.len().min(b.len());
+        let (a, b) = (&a[..n], &b[..n]);
+        let mut ca = a.chunks_exact(8);
+        let mut cb = b.chunks_exact(8);
+        for (x, y) in (&mut ca).zip(&mut cb) {
+            for i in 0..8 {
+                acc[i] += (x[i] * y[i]) as f64;
+            }
+        }
+        let tail: f64 = ca
+            .remainder()
+            .iter()
+            .zip(cb.remainder())
+            .map(|(x, y)| (x * y) as f64)
+            .sum();
+        acc.iter().sum::<f64>() + tail
     }
 }
 

@@ -31,11 +31,12 @@ crate::kernels::simd::simd_dispatch! {
 }
 
 crate::kernels::simd::simd_dispatch! {
-    fn silu_mul_backward(a: &[f32], b: &[f32], g: &[f32], da: &mut [f32], db: &mut [f32]) {
-        for i in 0..a.len().min(b.len()).min(g.len()).min(da.len()).min(db.len()) {
+    /// ∂a over g (each g_i is read before it is overwritten), ∂b into db.
+    fn silu_mul_backward(a: &[f32], b: &[f32], g_da: &mut [f32], db: &mut [f32]) {
+        for i in 0..a.len().min(b.len()).min(g_da.len()).min(db.len()) {
             let s = 1.0 / (1.0 + exp1(-a[i]));
-            let gs = g[i] * s;
-            da[i] = gs * b[i] * (1.0 + a[i] * (1.0 - s));
+            let gs = g_da[i] * s;
+            g_da[i] = gs * b[i] * (1.0 + a[i] * (1.0 - s));
             db[i] = gs * a[i];
         }
     }
@@ -58,28 +59,29 @@ pub fn forward(act: Act, a: &[f32], b: &[f32]) -> Vec<f32> {
     h
 }
 
-/// (∂a, ∂b) for the upstream gradient g.
-pub fn backward(act: Act, a: &[f32], b: &[f32], g: &[f32]) -> (Vec<f32>, Vec<f32>) {
+/// (∂a, ∂b) for the upstream gradient `g_da`: ∂a is written over it (the backward is its last
+/// reader), ∂b is returned.
+pub fn backward(act: Act, a: &[f32], b: &[f32], g_da: &mut [f32]) -> Vec<f32> {
     let n = a.len();
-    let (mut da, mut db) = (vec![0f32; n], vec![0f32; n]);
-    da.par_chunks_mut(CHUNK)
+    assert!(
+        b.len() == n && g_da.len() == n,
+        "gate, up and gradient have one shape"
+    );
+    let mut db = vec![0f32; n];
+    g_da.par_chunks_mut(CHUNK)
         .zip(db.par_chunks_mut(CHUNK))
-        .zip(
-            a.par_chunks(CHUNK)
-                .zip(b.par_chunks(CHUNK))
-                .zip(g.par_chunks(CHUNK)),
-        )
-        .for_each(|((da, db), ((a, b), g))| match act {
-            Act::Silu => silu_mul_backward(a, b, g, da, db),
+        .zip(a.par_chunks(CHUNK).zip(b.par_chunks(CHUNK)))
+        .for_each(|((da, db), (a, b))| match act {
+            Act::Silu => silu_mul_backward(a, b, da, db),
             Act::Relu => {
                 for i in 0..a.len() {
-                    let on = a[i] > 0.0;
-                    da[i] = if on { g[i] * b[i] } else { 0.0 };
-                    db[i] = g[i] * a[i].max(0.0);
+                    let g = da[i];
+                    da[i] = if a[i] > 0.0 { g * b[i] } else { 0.0 };
+                    db[i] = g * a[i].max(0.0);
                 }
             }
         });
-    (da, db)
+    db
 }
 
 #[cfg(test)]
@@ -104,7 +106,8 @@ mod tests {
                 Act::Relu => a.max(0.0) * b,
             };
             let h = forward(act, &a, &b);
-            let (da, db) = backward(act, &a, &b, &g);
+            let mut da = g.clone();
+            let db = backward(act, &a, &b, &mut da);
             for i in (0..n).step_by(7) {
                 let (ai, bi) = (a[i] as f64, b[i] as f64);
                 let want = f(ai, bi);

@@ -9,6 +9,7 @@
 //!            ∂x = r (u − mean u − x̂ mean(u ⊙ x̂))          ∂g = Σ ∂y ⊙ x̂     ∂b = Σ ∂y
 //! ```
 
+use super::super::simd::dot_f64;
 use rayon::prelude::*;
 
 /// Which normalisation.
@@ -49,7 +50,7 @@ pub fn forward(
             {
                 match kind {
                     Kind::Rms => {
-                        let ms = mean(x.iter().map(|v| v * v), d);
+                        let ms = (dot_f64(x, x) / d as f64) as f32;
                         *r = 1.0 / (ms + eps).sqrt();
                         for ((y, &x), &g) in y.iter_mut().zip(x).zip(g) {
                             *y = x * *r * g;
@@ -70,48 +71,47 @@ pub fn forward(
     (y, r)
 }
 
-/// (∂x, ∂g, ∂b) for the upstream gradient dy; ∂b only for LayerNorm.
+/// (∂g, ∂b) for the upstream gradient `dy_dx`, over which ∂x is written (the backward is its
+/// last reader); ∂b only for LayerNorm.
 pub fn backward(
     kind: Kind,
     x: &[f32],
     g: &[f32],
     r: &[f32],
-    dy: &[f32],
+    dy_dx: &mut [f32],
     d: usize,
-) -> (Vec<f32>, Vec<f32>, Option<Vec<f32>>) {
-    let n = x.len() / d;
-    let mut dx = vec![0f32; n * d];
+) -> (Vec<f32>, Option<Vec<f32>>) {
+    assert_eq!(x.len(), dy_dx.len(), "x and its gradient have one shape");
     // per task: (∂g, ∂b) partial sums, reduced below in task order
-    let parts: Vec<(Vec<f32>, Vec<f32>)> = dx
+    let parts: Vec<(Vec<f32>, Vec<f32>)> = dy_dx
         .par_chunks_mut(ROWS * d)
         .zip(x.par_chunks(ROWS * d))
-        .zip(dy.par_chunks(ROWS * d).zip(r.par_chunks(ROWS)))
-        .map(|((dx, x), (dy, r))| {
+        .zip(r.par_chunks(ROWS))
+        .map(|((dy, x), r)| {
             let (mut dg, mut db) = (vec![0f32; d], vec![0f32; d]);
-            for (((dx, x), dy), &r) in dx
-                .chunks_exact_mut(d)
-                .zip(x.chunks_exact(d))
-                .zip(dy.chunks_exact(d))
-                .zip(r)
-            {
-                let u = |i: usize| dy[i] * g[i];
+            let mut u = vec![0f32; d]; // u = ∂y ⊙ g of the row
+            for ((dy, x), &r) in dy.chunks_exact_mut(d).zip(x.chunks_exact(d)).zip(r) {
+                let (g, dg, db, u) = (&g[..d], &mut dg[..d], &mut db[..d], &mut u[..d]);
+                for i in 0..d {
+                    u[i] = dy[i] * g[i];
+                }
                 match kind {
                     Kind::Rms => {
-                        let mux = mean((0..d).map(|i| u(i) * x[i]), d);
+                        let mux = (dot_f64(u, x) / d as f64) as f32;
                         for i in 0..d {
-                            dx[i] = r * u(i) - x[i] * r * r * r * mux;
                             dg[i] += dy[i] * x[i] * r;
+                            dy[i] = r * u[i] - x[i] * r * r * r * mux; // ∂x over ∂y
                         }
                     }
                     Kind::Layer => {
                         let mu = mean(x.iter().copied(), d);
                         let xh = |i: usize| (x[i] - mu) * r;
-                        let mu_u = mean((0..d).map(u), d);
-                        let mu_ux = mean((0..d).map(|i| u(i) * xh(i)), d);
+                        let mu_u = mean(u.iter().copied(), d);
+                        let mu_ux = mean((0..d).map(|i| u[i] * xh(i)), d);
                         for i in 0..d {
-                            dx[i] = r * (u(i) - mu_u - xh(i) * mu_ux);
                             dg[i] += dy[i] * xh(i);
                             db[i] += dy[i];
+                            dy[i] = r * (u[i] - mu_u - xh(i) * mu_ux); // ∂x over ∂y
                         }
                     }
                 }
@@ -124,7 +124,7 @@ pub fn backward(
         dg.iter_mut().zip(pg).for_each(|(a, b)| *a += b);
         db.iter_mut().zip(pb).for_each(|(a, b)| *a += b);
     }
-    (dx, dg, (kind == Kind::Layer).then_some(db))
+    (dg, (kind == Kind::Layer).then_some(db))
 }
 
 #[cfg(test)]
@@ -175,7 +175,8 @@ mod tests {
                 (got - want).abs() <= 1e-5 * (1.0 + want.abs()),
                 "{kind:?}: {got} {want}"
             );
-            let (dx, dg, db) = backward(kind, &x, &g, &r, &c, d);
+            let mut dx = c.clone();
+            let (dg, db) = backward(kind, &x, &g, &r, &mut dx, d);
             let h = 1e-6;
             let fd = |v: &[f64], i: usize, which: u8| {
                 let (mut p, mut m) = (v.to_vec(), v.to_vec());

@@ -9,7 +9,7 @@
 //!
 //! Rows with w_i = 0 (masked targets) are skipped: their loss term and gradient are 0.
 
-use super::super::simd::{exp_sub_scale, max_of, sum_exp_sub};
+use super::super::simd::{exp_sub_scale_inplace, max_of, sum_exp_sub};
 use rayon::prelude::*;
 
 /// Rows per parallel task.
@@ -43,24 +43,24 @@ pub fn forward(x: &[f32], v: usize, t: &[u32], w: &[f32]) -> (f64, Vec<f32>) {
     (parts.iter().sum(), lse)
 }
 
-/// `∂loss/∂x` (N × V) for the upstream gradient `g` of the loss.
-pub fn backward(x: &[f32], v: usize, t: &[u32], w: &[f32], lse: &[f32], g: f32) -> Vec<f32> {
-    let n = t.len();
-    let mut dx = vec![0f32; n * v];
-    dx.par_chunks_mut(ROWS * v)
+/// `∂loss/∂x` (N × V) for the upstream gradient `g` of the loss, written over the logits `x`
+/// (the backward is their last reader: no allocation, no extra pass over N × V).
+pub fn backward(x: &mut [f32], v: usize, t: &[u32], w: &[f32], lse: &[f32], g: f32) {
+    assert_eq!(x.len(), t.len() * v, "logits are N × V");
+    x.par_chunks_mut(ROWS * v)
         .enumerate()
-        .for_each(|(c, out)| {
-            for (r, o) in out.chunks_exact_mut(v).enumerate() {
+        .for_each(|(c, rows)| {
+            for (r, o) in rows.chunks_exact_mut(v).enumerate() {
                 let i = c * ROWS + r;
                 let s = g * w[i];
                 if s == 0.0 {
-                    continue; // already 0
+                    o.fill(0.0);
+                    continue;
                 }
-                exp_sub_scale(&x[i * v..(i + 1) * v], lse[i], s, o);
+                exp_sub_scale_inplace(o, lse[i], s);
                 o[t[i] as usize] -= s;
             }
         });
-    dx
 }
 
 #[cfg(test)]
@@ -96,7 +96,8 @@ mod tests {
         let (want, dwant) = reference(&x, v, &t, &w);
         assert!((loss - want).abs() <= 1e-6 * want.abs(), "{loss} {want}");
         assert_eq!(lse.len(), n);
-        let dx = backward(&x, v, &t, &w, &lse, 2.0);
+        let mut dx = x.clone();
+        backward(&mut dx, v, &t, &w, &lse, 2.0);
         for (j, (&a, &b)) in dx.iter().zip(&dwant).enumerate() {
             assert!(
                 (a as f64 - 2.0 * b).abs() <= 1e-6,
