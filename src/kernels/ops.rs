@@ -747,3 +747,36 @@ pub fn head_cross_entropy(
         lay,
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A kernel writes over a buffer only when nothing else reads it: a shared tensor (a view
+    /// or a clone) is copied and keeps its values; a lone contiguous one is handed over as is.
+    #[test]
+    fn writable_never_overwrites_a_shared_buffer() {
+        let t = flex((0..6).map(|i| i as f32).collect(), &[2, 3]);
+        let view = t.clone();
+        let mut w = writable(t, &[2, 3]);
+        w.storage_mut::<f32>().fill(-1.0);
+        assert_eq!(host(&view).to_vec(), vec![0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
+        assert_eq!(host(&w).to_vec(), vec![-1.0; 6]);
+
+        let lone = flex(vec![7.0; 6], &[3, 2]);
+        let at = lone.storage::<f32>().as_ptr();
+        let mut w = writable(lone, &[3, 2]);
+        assert_eq!(
+            w.storage_mut::<f32>().as_ptr(),
+            at,
+            "a lone buffer is reused"
+        );
+
+        // a transposed view of a lone buffer is not row-major: copied in row-major order
+        let lone = flex((0..6).map(|i| i as f32).collect(), &[2, 3]);
+        let tr = lone.transpose(0, 1);
+        drop(lone);
+        let w = writable(tr, &[3, 2]);
+        assert_eq!(host(&w).to_vec(), vec![0.0, 3.0, 1.0, 4.0, 2.0, 5.0]);
+    }
+}
