@@ -374,8 +374,23 @@ impl GradAccumulator {
         }
     }
 
-    /// Global L2 norm of all gradients (one host read).
+    /// Global L2 norm of all gradients (one host read; on the CPU kernels' device one pass
+    /// per gradient, its squares summed in f64).
     pub fn global_norm(&self) -> f64 {
+        #[cfg(feature = "flex")]
+        if self
+            .grads
+            .values()
+            .next()
+            .is_some_and(|g| crate::kernels::on_device(&g.device()))
+        {
+            let total: f64 = self
+                .grads
+                .values()
+                .map(|g| crate::kernels::ops::sum_squares(g.clone().inner()) as f64)
+                .sum();
+            return total.sqrt();
+        }
         let mut total: Option<Tensor<1>> = None;
         for g in self.grads.values() {
             let s = g.clone().square().sum();

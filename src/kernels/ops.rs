@@ -385,20 +385,6 @@ pub(super) fn flex4(data: Vec<f32>, [b, h, n, d]: [usize; 4], view: View) -> Fle
     )
 }
 
-/// A contiguous f32 tensor of `shape` whose values a kernel may overwrite: `t` itself when no
-/// other tensor shares its buffer (a backward writing its result over an input it read last:
-/// no allocation and no zero-fill), else a copy. Its `storage_mut` then never copies.
-pub(super) fn writable(t: FlexTensor, shape: &[usize]) -> FlexTensor {
-    assert_eq!(t.dtype(), DType::F32, "the CPU kernels run in f32");
-    let n: usize = shape.iter().product();
-    let whole = t.layout().contiguous_offsets() == Some((0, n)) && t.storage::<f32>().len() == n;
-    if whole && t.is_unique() && t.shape().num_elements() == n {
-        t.with_layout(Layout::contiguous(Shape::from(shape.to_vec())))
-    } else {
-        flex(host(&t).into_owned(), shape)
-    }
-}
-
 /// A Flex integer tensor's values as u32 (token ids).
 fn host_ids(t: &FlexTensor) -> Vec<u32> {
     let t = t.to_contiguous();
@@ -460,7 +446,12 @@ impl KernelPrimitives for Flex {
         act: Act,
     ) -> (FlexTensor, FlexTensor) {
         let shape = a.shape().to_vec();
-        let mut da = writable(grad, &shape); // ∂a is written over the upstream gradient
+        let mut da = owned(grad); // ∂a is written over the upstream gradient
+        assert_eq!(
+            da.shape().as_slice(),
+            shape.as_slice(),
+            "glu: ∂h is shaped like a"
+        );
         let db = cpu::glu::backward(act, &host(&a), &host(&b), da.storage_mut::<f32>());
         (da, flex(db, &shape))
     }
@@ -485,7 +476,8 @@ impl KernelPrimitives for Flex {
         args: NormArgs,
     ) -> [FlexTensor; 3] {
         let [n, d] = two(&x);
-        let mut dx = writable(grad, &[n, d]); // ∂x is written over the upstream gradient
+        let mut dx = owned(grad); // ∂x is written over the upstream gradient
+        assert_eq!(dx.shape().as_slice(), &[n, d], "norm: ∂y is shaped like x");
         let (dg, db) = cpu::norm::backward(
             args.kind,
             &host(&x),
@@ -568,7 +560,12 @@ impl KernelPrimitives for Flex {
         let [n, v] = two(&logits);
         let g = host(&grad)[0];
         let (t, w, lse) = (host_ids(&targets), host(&weights), host(&lse));
-        let mut dx = writable(logits, &[n, v]); // ∂x is written over the logits
+        let mut dx = owned(logits); // ∂x is written over the logits
+        assert_eq!(
+            dx.shape().as_slice(),
+            &[n, v],
+            "cross-entropy: logits (N, V)"
+        );
         cpu::xent::backward(dx.storage_mut::<f32>(), v, &t, &w, &lse, g);
         dx
     }
@@ -650,10 +647,14 @@ pub trait UpdateOps: Backend {
         v: FloatTensor<Self>,
         args: cpu::adamw::AdamArgs,
     ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>);
+    /// `Σ x_i²` of a gradient (any shape) in one pass → (1), summed in f64.
+    fn sum_squares(x: FloatTensor<Self>) -> FloatTensor<Self>;
 }
 
 /// A contiguous f32 Flex tensor that owns its buffer alone (copied otherwise), for in-place
-/// updates.
+/// updates and for backwards that write their result over an input they read last (no
+/// allocation, no zero-fill): no tensor anyone else holds is ever written. Its `storage_mut`
+/// then never copies.
 fn owned(t: FlexTensor) -> FlexTensor {
     let exact = t.is_contiguous()
         && t.layout().start_offset() == 0
@@ -706,6 +707,22 @@ impl UpdateOps for Flex {
         );
         (p, m, v)
     }
+
+    fn sum_squares(x: FlexTensor) -> FlexTensor {
+        use rayon::prelude::*;
+        // per-chunk partial sums added in chunk order: the same value on any number of threads
+        let parts: Vec<f64> = host(&x)
+            .par_chunks(1 << 16)
+            .map(|c| super::simd::dot_f64(c, c))
+            .collect();
+        flex(vec![parts.iter().sum::<f64>() as f32], &[1])
+    }
+}
+
+/// [`UpdateOps::sum_squares`] on a tensor → `Σ x²` (f64 inside, returned as f32).
+pub fn sum_squares(x: Tensor<1>) -> f32 {
+    Tensor::<1>::from_dispatch(<Dispatch as UpdateOps>::sum_squares(x.into_dispatch()))
+        .into_scalar::<f32>()
 }
 
 /// [`UpdateOps::adamw_update`] on tensors (n) → (p, m, v).
@@ -755,17 +772,17 @@ mod tests {
     /// A kernel writes over a buffer only when nothing else reads it: a shared tensor (a view
     /// or a clone) is copied and keeps its values; a lone contiguous one is handed over as is.
     #[test]
-    fn writable_never_overwrites_a_shared_buffer() {
+    fn owned_never_overwrites_a_shared_buffer() {
         let t = flex((0..6).map(|i| i as f32).collect(), &[2, 3]);
         let view = t.clone();
-        let mut w = writable(t, &[2, 3]);
+        let mut w = owned(t);
         w.storage_mut::<f32>().fill(-1.0);
         assert_eq!(host(&view).to_vec(), vec![0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
         assert_eq!(host(&w).to_vec(), vec![-1.0; 6]);
 
         let lone = flex(vec![7.0; 6], &[3, 2]);
         let at = lone.storage::<f32>().as_ptr();
-        let mut w = writable(lone, &[3, 2]);
+        let mut w = owned(lone);
         assert_eq!(
             w.storage_mut::<f32>().as_ptr(),
             at,
@@ -776,7 +793,25 @@ mod tests {
         let lone = flex((0..6).map(|i| i as f32).collect(), &[2, 3]);
         let tr = lone.transpose(0, 1);
         drop(lone);
-        let w = writable(tr, &[3, 2]);
+        let w = owned(tr);
+        assert_eq!(w.shape().as_slice(), &[3, 2]);
         assert_eq!(host(&w).to_vec(), vec![0.0, 3.0, 1.0, 4.0, 2.0, 5.0]);
+    }
+
+    /// The one-pass sum of squares against f64, over more elements than one task's chunk
+    /// and a tail.
+    #[test]
+    fn sum_squares_matches_f64() {
+        let n = 3 * (1 << 16) + 123;
+        let x: Vec<f32> = (0..n)
+            .map(|i| ((i * 7919 % 1013) as f32 - 506.0) / 97.0)
+            .collect();
+        let want: f64 = x.iter().map(|&v| v as f64 * v as f64).sum();
+        let t = Tensor::<1>::from_data(
+            burn::tensor::TensorData::new(x, [n]),
+            &burn::tensor::Device::flex(),
+        );
+        let got = sum_squares(t) as f64;
+        assert!((got - want).abs() <= 1e-6 * want, "{got} vs {want}");
     }
 }
