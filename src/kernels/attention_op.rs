@@ -116,7 +116,8 @@ impl AttentionOps for burn::backend::flex::Flex {
         args: AttnArgs,
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
         use super::cpu::attention::{Dims, forward};
-        use super::ops::{flex, flex4, host, like, st, strided};
+        use super::ops::{flex, host};
+        use super::views::{flex4, like, st, strided};
         use burn::backend::TensorMetadata;
         let dims = Dims::of(q.shape().as_slice(), k.shape().as_slice());
         let [b, h, nq, d] = [dims.b, dims.h, dims.q, dims.d];
@@ -150,7 +151,8 @@ impl AttentionOps for burn::backend::flex::Flex {
         FloatTensor<Self>,
     ) {
         use super::cpu::attention::{Dims, Saved, backward};
-        use super::ops::{flex, flex4, host, like, st, strided};
+        use super::ops::{flex, host};
+        use super::views::{flex4, like, st, strided};
         use burn::backend::TensorMetadata;
         let dims = Dims::of(q.shape().as_slice(), k.shape().as_slice());
         let (b, h, nq, c, d) = (dims.b, dims.h, dims.q, dims.c, dims.d);

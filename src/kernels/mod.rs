@@ -28,6 +28,8 @@ pub mod cube;
 #[cfg(feature = "flex")]
 pub mod ops;
 pub mod simd;
+#[cfg(feature = "flex")]
+pub mod views;
 
 use crate::config::{DeviceKind, ModelConfig, Precision};
 
