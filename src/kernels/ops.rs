@@ -458,27 +458,15 @@ impl KernelPrimitives for Flex {
         // Heads split off a linear layer's output are (B, S, H, d) in storage: rotated where
         // they lie (the H rows of a position share its angles) and returned in that layout.
         let (xt, view) = strided(&x);
-        let n = b * h * s * d;
-        let (rows, group, out) = if view == View::seq_major(h, s, d) {
-            (&xt.storage::<f32>()[view.off..view.off + n], h, view)
+        let (xt, view, group) = if view == View::seq_major(h, s, d) {
+            (xt, view, h)
         } else if view == View::heads_major(h, s, d) {
-            (&xt.storage::<f32>()[view.off..view.off + n], 1, view)
+            (xt, view, 1)
         } else {
-            let c = x.to_contiguous();
-            let y = cpu::rope::apply(
-                &host(&c),
-                &host(&cos),
-                &host(&sin),
-                d,
-                args.r,
-                1,
-                args.pairing,
-                inverse,
-            );
-            return flex(y, &[b, h, s, d]);
+            (x.to_contiguous(), View::heads_major(h, s, d), 1)
         };
         let y = cpu::rope::apply(
-            rows,
+            &xt.storage::<f32>()[..b * h * s * d],
             &host(&cos),
             &host(&sin),
             d,
@@ -487,7 +475,7 @@ impl KernelPrimitives for Flex {
             args.pairing,
             inverse,
         );
-        flex4(y, [b, h, s, d], View { off: 0, ..out })
+        flex4(y, [b, h, s, d], view)
     }
 
     fn xent_forward(
