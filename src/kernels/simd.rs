@@ -8,7 +8,10 @@
 //! gives 0, as the softmax needs; e^−87 = 1.6e−38 is below f32's normal range anyway),
 //! x > 88 gives +inf, NaN stays NaN. Branch-free, so the loops below vectorise (16 lanes with
 //! AVX-512, 8 with AVX2 + FMA). libm's scalar `expf`, which Burn's element-wise ops call one
-//! element at a time, was 15–17% of a training step of the natural-text model.
+//! element at a time, was 15–17% of a training step of the natural-text model. The polynomial
+//! and the reduction are fused multiply-adds (`mul_add`): one instruction each on the AVX-512
+//! and AVX2 + FMA paths; on the baseline target (a CPU without FMA) each is a call to libm's
+//! `fmaf`, slower but the same numbers.
 
 const LOG2E: f32 = std::f32::consts::LOG2_E;
 /// ln 2 = C1 + C2, C1 with few significant bits so that n · C1 is exact.
@@ -33,11 +36,18 @@ const Q: [f32; 6] = [
 pub fn exp1(x: f32) -> f32 {
     #[allow(clippy::manual_clamp)] // clamp keeps NaN; max/min turn it into LO (restored below)
     let xc = x.max(LO).min(HI);
-    let t = xc * LOG2E + ROUND; // ROUND + n: n in the low bits of the mantissa
+    // fused multiply-adds throughout (one rounding each, and half the instructions: the
+    // element-wise kernels built on this exp ran 1.5–1.6× faster than with separate × and +)
+    let t = xc.mul_add(LOG2E, ROUND); // ROUND + n: n in the low bits of the mantissa
     let n = t - ROUND; // round(x log2 e), in [−126, 127]
-    let r = (xc - n * C1) - n * C2; // |r| ≤ ln 2 / 2
-    let q = ((((Q[0] * r + Q[1]) * r + Q[2]) * r + Q[3]) * r + Q[4]) * r + Q[5];
-    let p = (q * r * r + r) + 1.0;
+    let r = (-n).mul_add(C2, (-n).mul_add(C1, xc)); // x − n C1 − n C2, |r| ≤ ln 2 / 2
+    let q = Q[0]
+        .mul_add(r, Q[1])
+        .mul_add(r, Q[2])
+        .mul_add(r, Q[3])
+        .mul_add(r, Q[4])
+        .mul_add(r, Q[5]);
+    let p = (q * r).mul_add(r, r) + 1.0;
     // 2ⁿ from the integer n read off t's bits (no float → int conversion, which Rust
     // saturates element by element and so would not vectorise)
     let ni = (t.to_bits() as i32).wrapping_sub(ROUND.to_bits() as i32);
