@@ -397,12 +397,7 @@ impl KernelPrimitives for Flex {
         act: Act,
     ) -> (FlexTensor, FlexTensor) {
         let shape = a.shape().to_vec();
-        let mut da = owned(grad); // ∂a is written over the upstream gradient
-        assert_eq!(
-            da.shape().as_slice(),
-            shape.as_slice(),
-            "glu: ∂h is shaped like a"
-        );
+        let mut da = owned_as(grad, &shape, "glu: ∂h is shaped like a"); // ∂a over ∂h
         let db = cpu::glu::backward(act, &host(&a), &host(&b), da.storage_mut::<f32>());
         (da, flex(db, &shape))
     }
@@ -427,8 +422,7 @@ impl KernelPrimitives for Flex {
         args: NormArgs,
     ) -> [FlexTensor; 3] {
         let [n, d] = two(&x);
-        let mut dx = owned(grad); // ∂x is written over the upstream gradient
-        assert_eq!(dx.shape().as_slice(), &[n, d], "norm: ∂y is shaped like x");
+        let mut dx = owned_as(grad, &[n, d], "norm: ∂y is shaped like x"); // ∂x over ∂y
         let (dg, db) = cpu::norm::backward(
             args.kind,
             &host(&x),
@@ -499,12 +493,7 @@ impl KernelPrimitives for Flex {
         let [n, v] = two(&logits);
         let g = host(&grad)[0];
         let (t, w, lse) = (host_ids(&targets), host(&weights), host(&lse));
-        let mut dx = owned(logits); // ∂x is written over the logits
-        assert_eq!(
-            dx.shape().as_slice(),
-            &[n, v],
-            "cross-entropy: logits (N, V)"
-        );
+        let mut dx = owned_as(logits, &[n, v], "cross-entropy: logits (N, V)"); // ∂x over x
         cpu::xent::backward(dx.storage_mut::<f32>(), v, &t, &w, &lse, g);
         dx
     }
@@ -603,6 +592,14 @@ fn owned(t: FlexTensor) -> FlexTensor {
     } else {
         flex(host(&t).into_owned(), t.shape().as_slice())
     }
+}
+
+/// [`owned`] for a backward that writes its result over an input of a known shape (panics
+/// with `what` if the input has another).
+fn owned_as(t: FlexTensor, shape: &[usize], what: &str) -> FlexTensor {
+    let t = owned(t);
+    assert_eq!(t.shape().as_slice(), shape, "{what}");
+    t
 }
 
 impl UpdateOps for Flex {
