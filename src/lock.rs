@@ -114,6 +114,17 @@ impl DirLock {
     }
 }
 
+/// Releasing is an explicit unlock, not only the close of the file: a lock belongs to the open
+/// file description, and a child process forked by another thread shares that description until
+/// it execs (or for good, if it never does), so closing our descriptor alone could leave the
+/// directory locked for a moment after the holder is gone (seen once in the test suite, whose
+/// tests spawn processes in parallel).
+impl Drop for DirLock {
+    fn drop(&mut self) {
+        unlock(&self._file);
+    }
+}
+
 /// Take the exclusive lock of `dir` (which must exist) for `purpose`, without waiting: a
 /// [`Busy`] error names the holder when another process has it.
 pub fn acquire(dir: &Path, purpose: &str) -> Result<DirLock> {
@@ -245,6 +256,29 @@ fn try_lock(file: &File) -> std::io::Result<bool> {
     }
 }
 
+/// Release this description's lock on `file` (nothing to do when it holds none).
+#[cfg(target_os = "linux")]
+fn unlock(file: &File) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: as in `try_lock`.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = libc::F_UNLCK as libc::c_short;
+    fl.l_whence = libc::SEEK_SET as libc::c_short;
+    fl.l_start = 0;
+    fl.l_len = 0;
+    fl.l_pid = 0;
+    // SAFETY: fcntl on a descriptor `file` owns, with a pointer to a live flock. A failure
+    // leaves the lock to the close that follows, as before.
+    unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &fl) };
+}
+
+#[cfg(not(target_os = "linux"))]
+fn unlock(file: &File) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock on a descriptor `file` owns; no memory is passed.
+    unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_UN) };
+}
+
 /// This machine's host name.
 pub fn hostname() -> String {
     let mut buf = [0u8; 256];
@@ -309,5 +343,19 @@ mod tests {
         let again = acquire(dir.path(), "report").unwrap();
         assert_eq!(holder(dir.path()).unwrap().purpose, "report");
         drop(again);
+    }
+
+    /// A copy of the lock's descriptor that outlives the lock (as a child forked by another
+    /// thread holds one until it execs) does not keep the directory locked.
+    #[test]
+    fn a_released_lock_is_free_even_while_a_copy_of_its_descriptor_lives() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = acquire(dir.path(), "import").unwrap();
+        let copy = first._file.try_clone().unwrap(); // dup: the same open file description
+        drop(first);
+        assert!(!is_held(dir.path()), "released despite the copy");
+        let again = acquire(dir.path(), "import").unwrap();
+        drop(again);
+        drop(copy);
     }
 }
