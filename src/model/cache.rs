@@ -85,7 +85,19 @@ impl Lm {
     /// model's own sink tokens and slots are part of the model and always stay in the cache.
     /// With no eviction this equals [`Lm::forward`] on the whole sequence; with eviction and
     /// absolute positions it equals [`Lm::forward`] on the kept tokens.
+    ///
+    /// Runs on a thread of rayon's pool ([`crate::parallel::on_pool`]): a decoded token is a
+    /// few hundred small products one after another.
     pub fn forward_cached(
+        &self,
+        tokens: Tensor<2, Int>,
+        cache: &mut KvCache,
+    ) -> anyhow::Result<Tensor<3>> {
+        crate::parallel::on_pool(|| self.forward_cached_on_pool(tokens, cache))
+    }
+
+    /// [`Lm::forward_cached`] on the calling thread.
+    fn forward_cached_on_pool(
         &self,
         tokens: Tensor<2, Int>,
         cache: &mut KvCache,

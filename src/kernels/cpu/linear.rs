@@ -11,30 +11,11 @@
 //! vector and then copies it into a realigned one (`FlexTensor::empty` →
 //! `Bytes::from_bytes_vec`), about a tenth of a training step of the natural-text model.
 //! Large products use every thread of the calling pool (one per core at inference; one in
-//! each data-parallel worker when training).
+//! each data-parallel worker when training); products of a few rows (decoding) go to
+//! [`super::narrow`], which streams the weight on every thread.
 
 /// Products below this many multiply-adds run on one thread (Burn's threshold).
 const PARALLEL: usize = 192 * 192 * 192;
-/// A product with at most this many rows (decoding: one token, or one per cache row) is split
-/// by columns over the pool's threads once it has [`NARROW_PARALLEL`] multiply-adds: gemm
-/// parallelises over rows, so a matrix-vector product would stay on one core.
-const NARROW: usize = 16;
-const NARROW_PARALLEL: usize = 1 << 16;
-
-/// A pointer that may cross threads: each thread writes its own columns.
-#[derive(Clone, Copy)]
-struct Out(*mut f32);
-// SAFETY: the threads write disjoint column ranges of the buffer (see `product`).
-unsafe impl Send for Out {}
-unsafe impl Sync for Out {}
-
-impl Out {
-    /// Column `j` of the first row.
-    fn at(self, j: usize) -> *mut f32 {
-        // SAFETY: j < n, inside the buffer of m × n
-        unsafe { self.0.add(j) }
-    }
-}
 
 /// A matrix operand: data, row stride, column stride (elements).
 pub(super) type Operand<'a> = (&'a [f32], isize, isize);
@@ -46,24 +27,34 @@ pub(super) fn product((m, n, k): (usize, usize, usize), a: Operand, b: Operand) 
         c.resize(m * n, 0.0);
         return c;
     }
-    let threads = rayon::current_num_threads();
-    let out = Out(c.as_mut_ptr());
-    // SAFETY: a and b cover the strided m × k and k × n matrices (the callers' shapes); each
-    // call writes all m × its columns of c (read_dst = false), the calls' columns partition
-    // 0..n, so every entry is written once before set_len.
-    let part = |j0: usize, j1: usize, par: gemm::Parallelism| unsafe {
+    // a few rows (decoding): stream B once on every core (`narrow`)
+    if m <= super::narrow::ROWS
+        && a.2 == 1
+        && a.1 >= 0
+        && let Some(y) = super::narrow::product((m, n, k), (a.0, a.1 as usize), b)
+    {
+        return y;
+    }
+    let par = if m * n * k >= PARALLEL {
+        gemm::Parallelism::Rayon(rayon::current_num_threads())
+    } else {
+        gemm::Parallelism::None
+    };
+    // SAFETY: a and b cover the strided m × k and k × n matrices (the callers' shapes); gemm
+    // writes all m × n entries of c (read_dst = false) before set_len.
+    unsafe {
         gemm::gemm(
             m,
-            j1 - j0,
+            n,
             k,
-            out.at(j0),
+            c.as_mut_ptr(),
             1,
             n as isize,
             false,
             a.0.as_ptr(),
             a.2,
             a.1,
-            b.0.as_ptr().offset(j0 as isize * b.2),
+            b.0.as_ptr(),
             b.2,
             b.1,
             0.0f32,
@@ -73,19 +64,6 @@ pub(super) fn product((m, n, k): (usize, usize, usize), a: Operand, b: Operand) 
             false,
             par,
         );
-    };
-    if m <= NARROW && threads > 1 && m * n * k >= NARROW_PARALLEL && n >= 16 * threads {
-        use rayon::prelude::*;
-        let step = n.div_ceil(threads).next_multiple_of(16);
-        (0..n)
-            .step_by(step)
-            .collect::<Vec<_>>()
-            .into_par_iter()
-            .for_each(|j0| part(j0, (j0 + step).min(n), gemm::Parallelism::None));
-    } else if m * n * k >= PARALLEL {
-        part(0, n, gemm::Parallelism::Rayon(threads));
-    } else {
-        part(0, n, gemm::Parallelism::None);
     }
     // SAFETY: every entry was written above.
     unsafe { c.set_len(m * n) };
@@ -171,9 +149,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_three_products_match_loops_in_both_layouts_and_split_by_columns() {
-        // (5, 7, 3): one thread; (2, 300, 260) and (9, 300, 260): narrow products split by
-        // columns
+    fn the_three_products_match_loops_in_both_layouts_wide_and_narrow() {
+        // (5, 7, 3): one thread; (2, 300, 260): a narrow product (`narrow`) in the forward
+        // and ∂x, gemm in ∂W; (9, 300, 260): gemm throughout (more rows than `narrow` takes)
         for (n, i, o) in [(5, 7, 3), (2, 300, 260), (9, 300, 260)] {
             let x: Vec<f32> = (0..n * i).map(|v| (v as f32 * 0.37).sin()).collect();
             let w: Vec<f32> = (0..i * o).map(|v| (v as f32 * 0.11).cos()).collect();

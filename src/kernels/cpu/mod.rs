@@ -8,6 +8,7 @@ pub mod gemm;
 pub mod glu;
 pub mod head_xent;
 pub mod linear;
+pub mod narrow;
 pub mod norm;
 pub mod rope;
 pub mod xent;
