@@ -86,18 +86,23 @@ impl Lm {
     /// With no eviction this equals [`Lm::forward`] on the whole sequence; with eviction and
     /// absolute positions it equals [`Lm::forward`] on the kept tokens.
     ///
-    /// Runs on a thread of rayon's pool ([`crate::parallel::on_pool`]): a decoded token is a
-    /// few hundred small products one after another.
+    /// On the CPU it runs on a thread of rayon's pool ([`crate::parallel::on_pool`]): a decoded
+    /// token is a few hundred small products one after another. Other devices keep the
+    /// caller's thread (a GPU backend's work is queued per thread).
     pub fn forward_cached(
         &self,
         tokens: Tensor<2, Int>,
         cache: &mut KvCache,
     ) -> anyhow::Result<Tensor<3>> {
-        crate::parallel::on_pool(|| self.forward_cached_on_pool(tokens, cache))
+        if crate::backend::is_cpu(&tokens.device()) {
+            crate::parallel::on_pool(|| self.forward_cached_here(tokens, cache))
+        } else {
+            self.forward_cached_here(tokens, cache)
+        }
     }
 
     /// [`Lm::forward_cached`] on the calling thread.
-    fn forward_cached_on_pool(
+    fn forward_cached_here(
         &self,
         tokens: Tensor<2, Int>,
         cache: &mut KvCache,
