@@ -192,21 +192,33 @@ simd_dispatch! {
     }
 }
 
-simd_dispatch! {
-    /// `Σ a_i b_i`, in 16 interleaved partial sums.
-    fn dot(a: &[f32], b: &[f32]) -> f32 {
-        let mut acc = [0f32; 16];
-        let n = a.len().min(b.len());
-        let (a, b) = (&a[..n], &b[..n]);
-        let mut ca = a.chunks_exact(16);
-        let mut cb = b.chunks_exact(16);
-        for (x, y) in (&mut ca).zip(&mut cb) {
-            for i in 0..16 {
-                acc[i] = x[i].mul_add(y[i], acc[i]);
-            }
+/// `Σ a_i b_i` in 16 interleaved partial sums of fused multiply-adds, for the bodies of
+/// [`simd_dispatch`] functions (inlined, so it vectorises for their target).
+#[inline(always)]
+pub fn dot16(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 16];
+    let n = a.len().min(b.len());
+    let (a, b) = (&a[..n], &b[..n]);
+    let mut ca = a.chunks_exact(16);
+    let mut cb = b.chunks_exact(16);
+    for (x, y) in (&mut ca).zip(&mut cb) {
+        for i in 0..16 {
+            acc[i] = x[i].mul_add(y[i], acc[i]);
         }
-        let tail: f32 = ca.remainder().iter().zip(cb.remainder()).map(|(x, y)| x * y).sum();
-        acc.iter().sum::<f32>() + tail
+    }
+    let tail: f32 = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    acc.iter().sum::<f32>() + tail
+}
+
+simd_dispatch! {
+    /// `Σ a_i b_i`, in 16 interleaved partial sums ([`dot16`]).
+    fn dot(a: &[f32], b: &[f32]) -> f32 {
+        dot16(a, b)
     }
 }
 

@@ -83,26 +83,17 @@ crate::kernels::simd::simd_dispatch! {
 
 crate::kernels::simd::simd_dispatch! {
     /// `Y[r, j] = X[r, :] · B[:, j]` for the columns j in `j0..j1`, B's column j a contiguous
-    /// run of k floats at `b[j · ldb..]`; Y's row r at `y + r · n`. 16 interleaved partial sums
-    /// per dot product.
+    /// run of k floats at `b[j · ldb..]`; Y's row r at `y + r · n`. Each dot product in 16
+    /// interleaved partial sums (`simd::dot16`).
     fn dots(y: Out, n: usize, x: &[f32], ldx: usize, b: &[f32], ldb: usize, dims: (usize, usize, usize, usize)) {
         let (m, k, j0, j1) = dims;
         for j in j0..j1 {
             let col = &b[j * ldb..j * ldb + k];
             prefetch(col.as_ptr().wrapping_add(PF), k);
             for r in 0..m {
-                let xr = &x[r * ldx..r * ldx + k];
-                let mut acc = [0f32; 16];
-                let mut cc = col.chunks_exact(16);
-                let mut cx = xr.chunks_exact(16);
-                for (u, v) in (&mut cc).zip(&mut cx) {
-                    for l in 0..16 {
-                        acc[l] = u[l].mul_add(v[l], acc[l]);
-                    }
-                }
-                let tail: f32 = cc.remainder().iter().zip(cx.remainder()).map(|(u, v)| u * v).sum();
+                let d = crate::kernels::simd::dot16(col, &x[r * ldx..r * ldx + k]);
                 // SAFETY: r < m and j < n: inside Y (m × n); this task alone writes column j.
-                unsafe { *y.0.add(r * n + j) = acc.iter().sum::<f32>() + tail };
+                unsafe { *y.0.add(r * n + j) = d };
             }
         }
     }
