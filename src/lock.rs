@@ -104,7 +104,7 @@ pub fn is_busy(e: &anyhow::Error) -> bool {
 /// An exclusive lock on a directory, released when dropped (or when the process dies).
 #[derive(Debug)]
 pub struct DirLock {
-    _file: File,
+    file: File,
     dir: PathBuf,
 }
 
@@ -121,7 +121,7 @@ impl DirLock {
 /// tests spawn processes in parallel).
 impl Drop for DirLock {
     fn drop(&mut self) {
-        unlock(&self._file);
+        unlock(&self.file);
     }
 }
 
@@ -169,7 +169,7 @@ pub fn acquire_advising(dir: &Path, purpose: &str, advice: Option<&str>) -> Resu
     })()
     .with_context(|| format!("writing {}", path.display()))?;
     Ok(DirLock {
-        _file: file,
+        file,
         dir: dir.to_path_buf(),
     })
 }
@@ -351,7 +351,7 @@ mod tests {
     fn a_released_lock_is_free_even_while_a_copy_of_its_descriptor_lives() {
         let dir = tempfile::tempdir().unwrap();
         let first = acquire(dir.path(), "import").unwrap();
-        let copy = first._file.try_clone().unwrap(); // dup: the same open file description
+        let copy = first.file.try_clone().unwrap(); // dup: the same open file description
         drop(first);
         assert!(!is_held(dir.path()), "released despite the copy");
         let again = acquire(dir.path(), "import").unwrap();

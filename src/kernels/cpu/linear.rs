@@ -22,10 +22,8 @@ pub(super) type Operand<'a> = (&'a [f32], isize, isize);
 
 /// `C = A B` into a fresh buffer, A (m × k) and B (k × n) by (data, row stride, column stride).
 pub(super) fn product((m, n, k): (usize, usize, usize), a: Operand, b: Operand) -> Vec<f32> {
-    let mut c = Vec::<f32>::with_capacity(m * n);
     if k == 0 {
-        c.resize(m * n, 0.0);
-        return c;
+        return vec![0.0; m * n];
     }
     // a few rows (decoding): stream B once on every core (`narrow`)
     if m <= super::narrow::ROWS
@@ -35,6 +33,7 @@ pub(super) fn product((m, n, k): (usize, usize, usize), a: Operand, b: Operand) 
     {
         return y;
     }
+    let mut c = Vec::<f32>::with_capacity(m * n);
     let par = if m * n * k >= PARALLEL {
         gemm::Parallelism::Rayon(rayon::current_num_threads())
     } else {

@@ -108,9 +108,8 @@ pub fn product(
     (b, b_rs, b_cs): (&[f32], isize, isize),
 ) -> Option<Vec<f32>> {
     assert!(m <= ROWS, "narrow products take at most {ROWS} rows");
-    let mut y = vec![0f32; m * n];
     if m == 0 || n == 0 || k == 0 {
-        return Some(y);
+        return Some(vec![0.0; m * n]);
     }
     if b_cs == 1 && b_rs > 0 {
         // B rows contiguous: partials of KC rows each, summed in chunk order.
@@ -124,9 +123,9 @@ pub fn product(
                 let (i0, kc) = (c * KC, KC.min(k - c * KC));
                 axpy_rows(p, x, ldx, &b[i0 * ldb..], ldb, (m, n, i0, kc));
             });
-        let mut parts = partials.chunks_exact(m * n);
-        y.copy_from_slice(parts.next().expect("k > 0: one chunk at least"));
-        for p in parts {
+        let (first, rest) = partials.split_at(m * n); // k > 0: one chunk at least
+        let mut y = first.to_vec();
+        for p in rest.chunks_exact(m * n) {
             for (a, v) in y.iter_mut().zip(p) {
                 *a += v;
             }
@@ -135,6 +134,7 @@ pub fn product(
     } else if b_rs == 1 && b_cs > 0 {
         // B columns contiguous: blocks of NC columns, one dot product per (row, column).
         let ldb = b_cs as usize;
+        let mut y = vec![0f32; m * n];
         let out = Out(y.as_mut_ptr());
         (0..n.div_ceil(NC)).into_par_iter().for_each(|t| {
             let (j0, j1) = (t * NC, ((t + 1) * NC).min(n));
