@@ -48,6 +48,9 @@ pub struct BenchResult {
     /// "train" (full optimizer steps), "forward" (inference) or "decode" (cached decoding).
     pub mode: String,
     pub device: String,
+    /// Which kernels run the CPU's matrix products (`kernels::cpu::sgemm::products`); on
+    /// other devices, the backend's own.
+    pub products: String,
     pub params: usize,
     pub non_embedding_params: usize,
     /// Sequences per optimizer step (`accumulation × micro_batch`).
@@ -202,6 +205,11 @@ pub fn run(
             Mode::Decode(n) => format!("decode {n}"),
         },
         device: exp.run.device.name().into(),
+        products: if backend::is_cpu(&base) {
+            crate::kernels::cpu::sgemm::products().into()
+        } else {
+            "the backend's".into()
+        },
         params: model::count_params(&model),
         non_embedding_params: n,
         batch: if matches!(mode, Mode::Decode(_)) {

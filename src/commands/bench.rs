@@ -107,6 +107,7 @@ pub fn run(a: Args) -> Result<()> {
         .iter()
         .map(|t| format!("{t:.0}"))
         .collect();
+    println!("matrix products: {}", r.products);
     println!("tokens/s per round: {}", rounds.join(", "));
     println!("median tokens/s: {:.0}", r.median_tokens_per_s);
     println!(

@@ -82,7 +82,11 @@ pub fn summary(m: &ModelConfig, device: DeviceKind, precision: Precision) -> Opt
     let place = runs_on(device);
     let xent = match &place {
         Ok(()) => {
-            "linear layers, norms, gated FFNs, cross-entropy and AdamW: the CPU kernels".to_string()
+            format!(
+                "linear layers, norms, gated FFNs, cross-entropy and AdamW: the CPU kernels \
+                 (matrix products: {})",
+                cpu::sgemm::products()
+            )
         }
         Err(why) => format!(
             "linear layers, norms, gated FFNs, cross-entropy and AdamW: Burn's ops ({})",

@@ -1,6 +1,7 @@
-//! Small strided matrix products for the CPU kernels, through the `gemm` crate (the AVX-512 /
-//! AVX2 micro-kernels Burn's `Flex` matmul uses), single-threaded: the kernels parallelise
-//! over (batch, head) pairs or rows themselves.
+//! Small strided matrix products for the CPU kernels, single-threaded (the kernels parallelise
+//! over (batch, head) pairs or rows themselves): [`super::sgemm`]'s packed AVX2 products where
+//! it is enabled, else the `gemm` crate (the AVX-512 / AVX2 micro-kernels Burn's `Flex` matmul
+//! uses).
 
 /// `C ← [C +] α · A B` for C (m × n, row stride `ldc`, unit column stride), A (m × k) and
 /// B (k × n) each given by a pointer and its (row stride, column stride) in elements.
@@ -17,6 +18,20 @@ pub unsafe fn mm(
     alpha: f32,
 ) {
     if m == 0 || n == 0 {
+        return;
+    }
+    if super::sgemm::enabled() {
+        // SAFETY: the caller's contract; `enabled` implies AVX2 and FMA.
+        unsafe {
+            super::sgemm::product(
+                (m, n, k),
+                (c, ldc, acc),
+                (a, a_rs, a_cs),
+                (b, b_rs, b_cs),
+                alpha,
+                1,
+            )
+        };
         return;
     }
     // SAFETY: the caller's contract; gemm computes dst = 1·dst + α·lhs·rhs when reading dst.

@@ -6,7 +6,8 @@
 //! ∂W = xᵀ ∂y          # (in, N) · (N, out)
 //! ```
 //!
-//! Through the `gemm` crate like Burn's own matmul, but each result is written once into its
+//! Through [`super::sgemm`] where it is enabled (AVX2 without AVX-512), else the `gemm` crate
+//! like Burn's own matmul; either way each result is written once into its
 //! final buffer: Burn 0.22.1's CPU backend allocates every matmul output as a zeroed byte
 //! vector and then copies it into a realigned one (`FlexTensor::empty` →
 //! `Bytes::from_bytes_vec`), about a tenth of a training step of the natural-text model.
@@ -34,8 +35,22 @@ pub(super) fn product((m, n, k): (usize, usize, usize), a: Operand, b: Operand) 
         return y;
     }
     let mut c = Vec::<f32>::with_capacity(m * n);
-    let par = if m * n * k >= PARALLEL {
-        gemm::Parallelism::Rayon(rayon::current_num_threads())
+    let threads = if m * n * k >= PARALLEL {
+        rayon::current_num_threads()
+    } else {
+        1
+    };
+    if super::sgemm::enabled() {
+        let (a, b) = ((a.0.as_ptr(), a.1, a.2), (b.0.as_ptr(), b.1, b.2));
+        // SAFETY: as below; `enabled` implies AVX2 and FMA; without `acc` sgemm only writes C.
+        unsafe {
+            super::sgemm::product((m, n, k), (c.as_mut_ptr(), n, false), a, b, 1.0, threads);
+            c.set_len(m * n);
+        }
+        return c;
+    }
+    let par = if threads > 1 {
+        gemm::Parallelism::Rayon(threads)
     } else {
         gemm::Parallelism::None
     };

@@ -11,4 +11,5 @@ pub mod linear;
 pub mod narrow;
 pub mod norm;
 pub mod rope;
+pub mod sgemm;
 pub mod xent;
