@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! C (m × n) ← [C +] α · A (m × k) · B (k × n)
-//! for j0 in 0..n step NC:                   B block  (kb × NC) packed, lives in L2
+//! for j0 in 0..n step NC:                   B block  (kb × NC) packed, sized to L2
 //!   for p0 in 0..k step kb:                 kb = k split into equal blocks of at most KC
 //!     for i0 in 0..m step MC:               A block  (MC × kb) packed
 //!       for jr in 0..NC step NR:            B panel  (kb × NR, ≤ 16 KiB) stays in L1
@@ -12,13 +12,15 @@
 //!           C[ir.., jr..] (MR × NR) += Σ_p A[ir.., p] ⊗ B[p, jr..]   # 12 ymm accumulators
 //! ```
 //!
-//! Packed A holds each MR-row panel k-major (MR consecutive values per p), packed B each
-//! NR-column panel k-major (NR values per p); both are zero-padded to whole panels. A panel
-//! whose rows (A) or columns (B) lie contiguously is packed by 8 × 8 register transposes. An
-//! edge tile (fewer than MR rows or NR columns) is computed whole into a scratch tile and only
-//! its valid part stored. The micro-kernel asks for C's tile lines before its k loop (software
-//! prefetch), so the final loads of C do not wait on memory. Reading A in place instead of
-//! packing it was tried and was slower (`experiments/results/bench/packed_sgemm_2026-11-27.md`).
+//! Packed A holds each MR-row panel k-major (MR consecutive values per p), packed B each NR-column
+//! panel k-major (NR values per p); both are zero-padded to whole panels. A panel whose rows (A) or
+//! columns (B) lie contiguously is packed by 8 × 8 register transposes; B with contiguous rows a
+//! row at a time across every panel of the block (one pass along memory), A with contiguous columns
+//! by a 4- and a 2-float move per step. An edge tile (fewer than MR rows or NR columns) is computed
+//! whole into a scratch tile and only its valid part stored. The micro-kernel asks for C's tile
+//! lines before its k loop (software prefetch), so the final loads of C do not wait on memory.
+//! Reading A in place instead of packing it was tried and was slower
+//! (`experiments/results/bench/packed_sgemm_2026-11-27.md`).
 //!
 //! Rounding: every element of C is Σ_p over one k block in p order with one fused multiply-add
 //! per term, stored as α·acc (the first block without `acc`) or fma(α, acc, C) after; the k
@@ -257,12 +259,8 @@ unsafe fn pack_a(
             #[cfg(target_arch = "x86_64")]
             pack_rows(d, at, rs, kc);
         } else if mr == MR && rs == 1 {
-            for p in 0..kc {
-                let src = at.offset(p as isize * cs);
-                for r in 0..MR {
-                    d[p * MR + r] = *src.add(r);
-                }
-            }
+            #[cfg(target_arch = "x86_64")]
+            pack_strips(d, at, cs, kc);
         } else {
             d[..MR * kc].fill(0.0);
             for r in 0..mr {
@@ -297,6 +295,23 @@ unsafe fn pack_rows(d: &mut [f32], a: *const f32, rs: isize, kc: usize) {
     }
 }
 
+/// MR rows of A lying contiguously in each column (A[r, p] at a + r + p·cs), k-major into `d`:
+/// per step one 4-float and one 2-float load and store.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn pack_strips(d: &mut [f32], a: *const f32, cs: isize, kc: usize) {
+    // SAFETY (whole body): column p of the panel is MR floats from a + p·cs; d holds kc × MR.
+    unsafe {
+        let out = d.as_mut_ptr();
+        for p in 0..kc {
+            let src = a.offset(p as isize * cs);
+            _mm_storeu_ps(out.add(p * MR), _mm_loadu_ps(src));
+            let tail = _mm_loadl_epi64(src.add(4) as *const __m128i);
+            _mm_storel_epi64(out.add(p * MR + 4) as *mut __m128i, tail);
+        }
+    }
+}
+
 /// Pack B[p0 .. p0 + kc, j0 .. j0 + nc] into NR-column panels, each k-major, zero-padded.
 unsafe fn pack_b(
     dst: &mut [f32],
@@ -305,16 +320,22 @@ unsafe fn pack_b(
     (kc, nc): (usize, usize),
 ) {
     let at = |p: usize, j: usize| (p0 + p) as isize * rs + (j0 + j) as isize * cs;
+    if cs == 1 && nc >= NR {
+        // rows of B contiguous: read each row once across every whole panel (a stream the
+        // prefetcher follows), not NR floats per row panel by panel
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: rows p0 .. p0 + kc, columns j0 .. j0 + nc / NR · NR of B are contiguous per row.
+        unsafe {
+            pack_b_rows(dst, b.offset(at(0, 0)), rs, kc, nc / NR)
+        };
+    }
     for (panel, j) in (0..nc).step_by(NR).enumerate() {
         let cols = NR.min(nc - j);
         let d = &mut dst[panel * NR * kc..(panel + 1) * NR * kc];
         if cs == 1 && cols == NR {
-            for p in 0..kc {
-                // SAFETY: row p0 + p, columns j0 + j .. + NR of B, contiguous.
-                let src = unsafe { std::slice::from_raw_parts(b.offset(at(p, j)), NR) };
-                d[p * NR..(p + 1) * NR].copy_from_slice(src);
-            }
-        } else if rs == 1 && cols == NR {
+            continue; // packed above
+        }
+        if rs == 1 && cols == NR {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: column j0 + j + x of B holds kc contiguous values from row p0.
             unsafe {
@@ -327,6 +348,24 @@ unsafe fn pack_b(
                     // SAFETY: inside B (the caller's contract).
                     d[p * NR + x] = unsafe { *b.offset(at(p, j + x)) };
                 }
+            }
+        }
+    }
+}
+
+/// `panels` whole NR-column panels of B from rows each contiguous (row p at b + p·rs).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn pack_b_rows(d: &mut [f32], b: *const f32, rs: isize, kc: usize, panels: usize) {
+    // SAFETY (whole body): row p holds panels × NR floats from b + p·rs; d holds panels × kc × NR.
+    unsafe {
+        let out = d.as_mut_ptr();
+        for p in 0..kc {
+            let row = b.offset(p as isize * rs);
+            for panel in 0..panels {
+                let (src, dst) = (row.add(panel * NR), out.add((panel * kc + p) * NR));
+                _mm256_storeu_ps(dst, _mm256_loadu_ps(src));
+                _mm256_storeu_ps(dst.add(8), _mm256_loadu_ps(src.add(8)));
             }
         }
     }
