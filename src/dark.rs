@@ -213,59 +213,36 @@ fn tridiagonal_ql(d: &mut [f64], e: &mut [f64], qt: &mut [f64], n: usize) {
     }
 }
 
-/// `M Mᵀ` of a row-major d × n matrix. Tiles of 4 rows run in parallel; each walks the
-/// columns in blocks of 256 so the rows it meets stay in cache (for W_U of SmolLM2, 576 ×
-/// 49152, a per-pair dot product streamed 130 GB from memory).
+/// `M Mᵀ` of a row-major d × n matrix (f64), through [`gram_f64`]: the rows are widened to
+/// f64 once, then one matrix product (for W_U of SmolLM2, 576 × 49152, 16 GFLOP).
 pub fn gram<X: Copy + Into<f64> + Sync>(m: &[X], d: usize, n: usize) -> Mat {
-    use rayon::prelude::*;
-    const ROWS: usize = 4;
-    const COLS: usize = 256;
-    let dot = |a: &[X], b: &[X]| -> f64 {
-        let mut acc = [0.0f64; 4];
-        let (ca, cb) = (a.chunks_exact(4), b.chunks_exact(4));
-        let tail: f64 = ca
-            .remainder()
-            .iter()
-            .zip(cb.remainder())
-            .map(|(&x, &y)| x.into() * y.into())
-            .sum();
-        for (x, y) in ca.zip(cb) {
-            for k in 0..4 {
-                acc[k] += x[k].into() * y[k].into();
-            }
-        }
-        acc.iter().sum::<f64>() + tail
-    };
-    // tile t: rows i0..i0+ni against every row j ≥ i0
-    let tiles: Vec<(usize, Vec<f64>)> = (0..d.div_ceil(ROWS))
-        .into_par_iter()
-        .map(|t| {
-            let i0 = t * ROWS;
-            let ni = ROWS.min(d - i0);
-            let mut out = vec![0.0; ni * d];
-            for c0 in (0..n).step_by(COLS) {
-                let c1 = (c0 + COLS).min(n);
-                for j in i0..d {
-                    let rj = &m[j * n + c0..j * n + c1];
-                    for a in 0..ni {
-                        out[a * d + j] += dot(&m[(i0 + a) * n + c0..(i0 + a) * n + c1], rj);
-                    }
-                }
-            }
-            (i0, out)
-        })
-        .collect();
-    let mut g = vec![0.0; d * d];
-    for (i0, out) in tiles {
-        for (a, row) in out.chunks(d).enumerate() {
-            let i = i0 + a;
-            for j in i..d {
-                g[i * d + j] = row[j];
-                g[j * d + i] = row[j];
-            }
+    assert!(
+        m.len() >= d * n,
+        "gram: {d} × {n} from {} elements",
+        m.len()
+    );
+    let wide: Vec<f64> = m[..d * n].iter().map(|&x| x.into()).collect();
+    gram_f64(&wide, d, n)
+}
+
+/// `A Aᵀ` (r × r) of a row-major r × n matrix A: one product through the `gemm` crate's f64
+/// micro-kernels on every core, Aᵀ read in place (row stride 1, column stride n). The upper
+/// triangle is copied onto the lower, so the result is exactly symmetric (the product's
+/// two halves can differ in rounding, and the eigen-decomposition assumes symmetry).
+pub fn gram_f64(a: &[f64], r: usize, n: usize) -> Mat {
+    assert!(
+        a.len() >= r * n,
+        "gram: {r} × {n} from {} elements",
+        a.len()
+    );
+    // Aᵀ (n × r): element (k, j) is a[j·n + k], row stride 1, column stride n
+    let mut out = product_f64((r, r, n), (a, n as isize, 1), (a, 1, n as isize));
+    for i in 0..r {
+        for j in 0..i {
+            out[i * r + j] = out[j * r + i];
         }
     }
-    g
+    out
 }
 
 /// The n × n identity.
@@ -285,12 +262,31 @@ pub fn matmul(a: &[f64], b: &[f64], n: usize, k: usize, m: usize) -> Mat {
         a.len(),
         b.len()
     );
+    product_f64((n, m, k), (a, k as isize, 1), (b, m as isize, 1))
+}
+
+/// C (n × m, row-major) = A (n × k) B (k × m), each operand (storage, row stride, column
+/// stride), through the `gemm` crate on every core.
+fn product_f64(
+    (n, m, k): (usize, usize, usize),
+    (a, a_rs, a_cs): (&[f64], isize, isize),
+    (b, b_rs, b_cs): (&[f64], isize, isize),
+) -> Mat {
+    let reach = |rows: usize, cols: usize, rs: isize, cs: isize| {
+        (rows > 0 && cols > 0).then(|| (rows - 1) * rs as usize + (cols - 1) * cs as usize)
+    };
+    assert!(
+        reach(n, k, a_rs, a_cs).is_none_or(|e| e < a.len())
+            && reach(k, m, b_rs, b_cs).is_none_or(|e| e < b.len()),
+        "product_f64: operands shorter than their shapes"
+    );
     let mut out = vec![0.0; n * m];
     if n == 0 || m == 0 || k == 0 {
         return out;
     }
-    // SAFETY: a holds n·k elements (row stride k), b holds k·m (row stride m), out holds n·m
-    // (row stride m) and aliases neither; gemm computes out = 0·out + 1·a b without reading out.
+    // SAFETY: every element A's and B's shapes and (positive) strides reach lies inside a and b
+    // (checked above); out holds n·m (row stride m) and aliases neither; gemm computes
+    // out = 0·out + 1·A B without reading out.
     unsafe {
         gemm::gemm(
             n,
@@ -301,11 +297,11 @@ pub fn matmul(a: &[f64], b: &[f64], n: usize, k: usize, m: usize) -> Mat {
             m as isize,
             false,
             a.as_ptr(),
-            1,
-            k as isize,
+            a_cs,
+            a_rs,
             b.as_ptr(),
-            1,
-            m as isize,
+            b_cs,
+            b_rs,
             0.0f64,
             1.0f64,
             false,
@@ -497,20 +493,19 @@ pub fn edges(d: usize, n_bands: usize) -> Vec<usize> {
     (0..=n_bands).map(|j| j * d / n_bands).collect()
 }
 
-/// `Σ_{c ∈ cols} v_c v_cᵀ` for the columns of a row-major d × d basis.
+/// `Σ_{c ∈ cols} v_c v_cᵀ = V_S V_Sᵀ` for the columns of a row-major d × d basis: the Gram
+/// matrix of V_S (d × |S|), gathered row by row from the basis.
 fn projector_of(basis: &[f64], d: usize, cols: &[usize]) -> Mat {
-    let mut p = vec![0.0; d * d];
-    for &c in cols {
-        for i in 0..d {
-            let vi = basis[i * d + c];
-            if vi != 0.0 {
-                for j in 0..d {
-                    p[i * d + j] += vi * basis[j * d + c];
-                }
-            }
-        }
+    let s = cols.len();
+    let mut v = vec![0.0; d * s];
+    for i in 0..d {
+        let row = &basis[i * d..(i + 1) * d];
+        v[i * s..(i + 1) * s]
+            .iter_mut()
+            .zip(cols)
+            .for_each(|(x, &c)| *x = row[c]);
     }
-    p
+    gram_f64(&v, d, s)
 }
 
 /// `Ψ_k = I − Φ_{e,(k+1):n} Φ_{u,(k+1):n}` (Cancedda 2024, docs/reference.md §7), k = 0..=n: removes

@@ -189,9 +189,19 @@ pub fn dark(run: &OpenRun, o: &DarkOptions, log: &mut dyn FnMut(&str)) -> Result
     if let Some(&bad) = ks.iter().find(|&&k| k > n_bands) {
         bail!("--k {bad} exceeds --bands {n_bands}");
     }
-    log("SVD of W_U and W_E");
+    // A tied head (and no folded gain) makes W_U = Eᵀ bit for bit: one decomposition serves.
+    let tied = e_t == w_u;
+    log(if tied {
+        "SVD of W_U (tied: W_E = W_U)"
+    } else {
+        "SVD of W_U and W_E"
+    });
     let bu = Bands::from_matrix(&w_u, d, v, n_bands);
-    let be = Bands::from_matrix(&e_t, d, v, n_bands);
+    let be = if tied {
+        bu.clone()
+    } else {
+        Bands::from_matrix(&e_t, d, v, n_bands)
+    };
     let rand_bands = Bands::random(d, n_bands, o.seed);
     let mut sink = Output::new(o.out.clone(), o.tensorboard, run)?;
     // Band energy of the residual stream (every block input), first token vs the rest.
@@ -304,7 +314,6 @@ pub fn dark(run: &OpenRun, o: &DarkOptions, log: &mut dyn FnMut(&str)) -> Result
     let mut val = crate::data::validation_batch(&run.data, n_val, exp.model.ctx, exp.data.bos)?;
     crate::data::ignore_first_targets(&mut val, exp.model.attention.mask.ignored_targets());
     sampler.apply_token_changes(&mut val);
-    let base = eval_loss(model, &val, chunk, &run.device);
     let proxy = Proxy::for_normaliser(&exp.model.attention.normaliser);
     let eps = [HEADLINE_EPS];
     let unfiltered = summaries(
@@ -331,14 +340,21 @@ pub fn dark(run: &OpenRun, o: &DarkOptions, log: &mut dyn FnMut(&str)) -> Result
         ks.len(),
         FAMILIES.len()
     ));
-    let bar = crate::progress::Progress::new(total as u64, "dark filtered evaluations");
-    let mut results = Vec::new();
     // Validation and probe streams entering the lowest filtered block input, walked once per
     // site; each filter then walks only the blocks from there ([`RestartAt`]).
     let restart = |at: &[usize]| {
         let l = at.iter().copied().min().expect("a filter site");
         RestartAt::new(model, (&val, &probe), chunk, &run.device, l, &unfiltered)
     };
+    // The unfiltered NLL from the first site's restart (the same computation as the whole
+    // walk, without walking the blocks below the site a second time); the site reuses it.
+    let mut first = sites.first().map(|(_, at)| restart(at));
+    let base = match &first {
+        Some(r) => r.nll(model, None),
+        None => eval_loss(model, &val, chunk, &run.device),
+    };
+    let bar = crate::progress::Progress::new(total as u64, "dark filtered evaluations");
+    let mut results = Vec::new();
     let eval = |r: &RestartAt, name: &str, layer, at: &[usize], k, m: &[f64]| {
         let f = StreamFilter::from_column_map(m, d, at, &run.device);
         let nll = r.nll(model, Some(&f));
@@ -363,7 +379,7 @@ pub fn dark(run: &OpenRun, o: &DarkOptions, log: &mut dyn FnMut(&str)) -> Result
         &bu.phi(n_bands),
     ));
     for (layer, at) in &sites {
-        let r = restart(at);
+        let r = first.take().unwrap_or_else(|| restart(at));
         for &k in &ks {
             // the filters of this k as applied (f32), with their family and result
             let mut applied: Vec<(Vec<f32>, &str, f64, Option<f64>)> = Vec::new();

@@ -2,7 +2,8 @@
 //! Dao 2023, on the CPU): per (batch, head), query blocks of [`BR`] rows meet key blocks of
 //! [`BC`] columns; the forward keeps a running row max and sum (online softmax) and never holds
 //! more than a BR × BC block of scores; the backward recomputes each block's weights from the
-//! saved log-sum-exp. (batch, head) pairs run in parallel.
+//! saved log-sum-exp. The forward runs (batch, head, query block) tasks in parallel, the
+//! backward (batch, head) pairs.
 //!
 //! ```text
 //! s_ij = scale · q_i·k_j + bias_h,i,j      visible j only (the runs of row i); −inf otherwise
@@ -132,11 +133,11 @@ impl<'a> Strided<'a> {
     }
 }
 
-/// A shared output buffer each (batch, head) task writes its own, disjoint, elements of.
+/// A shared output buffer each task writes its own, disjoint, elements of.
 #[derive(Clone, Copy)]
 struct OutPtr(*mut f32);
-// SAFETY: the tasks write disjoint elements (distinct (b, h) pairs of one view) and the buffer
-// outlives them (rayon joins before the owner is used again).
+// SAFETY: the tasks write disjoint elements (distinct (b, h) pairs of one view, or distinct
+// row blocks of them) and the buffer outlives them (rayon joins before the owner is used again).
 unsafe impl Send for OutPtr {}
 unsafe impl Sync for OutPtr {}
 
@@ -224,112 +225,121 @@ pub fn forward(
     );
     let o = OutPtr(out.as_mut_ptr());
     let mut lse = vec![0f32; b * h * nq];
+    // One task per (pair, query block): a single sequence's few heads would leave cores idle
+    // (9 heads on 2 cores: 5 against 4), while its blocks are many and independent.
     lse.par_chunks_mut(nq.max(1))
         .enumerate()
-        .for_each(|(bh, l)| {
-            let hi = bh % h;
-            let bias = args
-                .bias
-                .as_ref()
-                .map(|x| &x[hi * nq * c..(hi + 1) * nq * c]);
-            // SAFETY: pair bh writes only its own rows of `out` (checked to fit above).
-            let o = unsafe { o.ptr().add(out_view.at(bh, h)) };
-            let (qs, ks, vs) = (q.rows(bh, h), k.rows(bh, h), v.rows(bh, h));
-            head_forward((qs, ks, vs), z[hi], bias, dims, args, (o, out_view.rs), l);
-        });
+        .flat_map(|(bh, l)| {
+            l.par_chunks_mut(BR)
+                .enumerate()
+                .map(move |(blk, lb)| (bh, blk * BR, lb))
+        })
+        .for_each_init(
+            || (vec![0f32; BR * BC], vec![0f32; BR * d]),
+            |(s, acc), (bh, i0, l)| {
+                let hi = bh % h;
+                let bias = args
+                    .bias
+                    .as_ref()
+                    .map(|x| &x[hi * nq * c..(hi + 1) * nq * c]);
+                // SAFETY: pair bh writes only its own rows of `out` (checked to fit above).
+                let o = unsafe { o.ptr().add(out_view.at(bh, h)) };
+                let (qs, ks, vs) = (q.rows(bh, h), k.rows(bh, h), v.rows(bh, h));
+                let scratch = (s.as_mut_slice(), acc.as_mut_slice());
+                let at = (i0, z[hi], bias);
+                block_forward((qs, ks, vs), at, dims, args, (o, out_view.rs), l, scratch);
+            },
+        );
     (out, lse)
 }
 
-/// One (batch, head): q (Q, D), k, v (C, D), each (first row, row stride) → o (Q, D) written
-/// at (first row, row stride), lse (Q).
+/// One query block (rows `i0..i0 + lse.len()`) of one (batch, head): q (Q, D), k, v (C, D),
+/// each (first row, row stride) → the block's rows of o (Q, D), written at (first row, row
+/// stride), and its lse; `s` (BR × BC) and `acc` (BR × D) are scratch.
 #[allow(clippy::type_complexity)]
-fn head_forward(
+fn block_forward(
     (q, k, v): (
         (*const f32, usize),
         (*const f32, usize),
         (*const f32, usize),
     ),
-    z: f32,
-    bias: Option<&[f32]>,
+    (i0, z, bias): (usize, f32, Option<&[f32]>),
     dims: Dims,
     args: &AttnArgs,
     (o, ors): (*mut f32, usize),
     lse: &mut [f32],
+    (s, acc): (&mut [f32], &mut [f32]),
 ) {
-    let Dims { q: nq, c, d, .. } = dims;
-    let mut s = vec![0f32; BR * BC];
-    let mut acc = vec![0f32; BR * d]; // Σ e^(s − m) v of a query block, then its o
+    let Dims { c, d, .. } = dims;
     let mut m = [0f32; BR];
     let mut l = [0f32; BR];
-    for i0 in (0..nq).step_by(BR) {
-        let rows = BR.min(nq - i0);
-        let runs = &args.runs[i0..i0 + rows];
-        let acc = &mut acc[..rows * d];
-        acc.fill(0.0);
-        m[..rows].fill(z);
-        l[..rows].fill(if z > f32::NEG_INFINITY { 1.0 } else { 0.0 });
-        let (lo, hi) = extent(runs);
-        for j0 in (lo..hi).step_by(BC) {
-            let cols = BC.min(hi - j0);
-            if !block_visible(runs, j0, cols) {
-                continue;
-            }
-            // S = scale · Q_blk K_blkᵀ  (rows × cols)
-            // SAFETY (all products here): the views were checked to reach only inside their
-            // storage; s and acc are this task's own.
-            unsafe {
-                gemm::mm(
-                    (rows, cols, d),
-                    (s.as_mut_ptr(), cols, false),
-                    (q.0.add(i0 * q.1), q.1 as isize, 1),
-                    (k.0.add(j0 * k.1), 1, k.1 as isize),
-                    args.scale,
-                );
-            }
-            for r in 0..rows {
-                let row = &mut s[r * cols..(r + 1) * cols];
-                let brow = bias.map(|x| &x[(i0 + r) * c + j0..]);
-                if !mask_row(row, &runs[r], j0, brow) {
-                    row.fill(0.0);
-                    continue;
-                }
-                let mnew = m[r].max(max_of(row));
-                let corr = if m[r] == f32::NEG_INFINITY {
-                    0.0
-                } else {
-                    (m[r] - mnew).exp()
-                };
-                let sum = exp_sub_sum(row, mnew); // row ← P
-                l[r] = l[r] * corr + sum;
-                if corr != 1.0 {
-                    acc[r * d..(r + 1) * d].iter_mut().for_each(|x| *x *= corr);
-                }
-                m[r] = mnew;
-            }
-            // acc += P V_blk  (rows × d)
-            unsafe {
-                gemm::mm(
-                    (rows, d, cols),
-                    (acc.as_mut_ptr(), d, true),
-                    (s.as_ptr(), cols as isize, 1),
-                    (v.0.add(j0 * v.1), v.1 as isize, 1),
-                    1.0,
-                );
-            }
+    let rows = lse.len();
+    let runs = &args.runs[i0..i0 + rows];
+    let acc = &mut acc[..rows * d];
+    acc.fill(0.0);
+    m[..rows].fill(z);
+    l[..rows].fill(if z > f32::NEG_INFINITY { 1.0 } else { 0.0 });
+    let (lo, hi) = extent(runs);
+    for j0 in (lo..hi).step_by(BC) {
+        let cols = BC.min(hi - j0);
+        if !block_visible(runs, j0, cols) {
+            continue;
+        }
+        // S = scale · Q_blk K_blkᵀ  (rows × cols)
+        // SAFETY (all products here): the views were checked to reach only inside their
+        // storage; s and acc are this task's own.
+        unsafe {
+            gemm::mm(
+                (rows, cols, d),
+                (s.as_mut_ptr(), cols, false),
+                (q.0.add(i0 * q.1), q.1 as isize, 1),
+                (k.0.add(j0 * k.1), 1, k.1 as isize),
+                args.scale,
+            );
         }
         for r in 0..rows {
-            let orow = &mut acc[r * d..(r + 1) * d];
-            if l[r] > 0.0 {
-                let inv = 1.0 / l[r];
-                orow.iter_mut().for_each(|x| *x *= inv);
-                lse[i0 + r] = m[r] + l[r].ln();
+            let row = &mut s[r * cols..(r + 1) * cols];
+            let brow = bias.map(|x| &x[(i0 + r) * c + j0..]);
+            if !mask_row(row, &runs[r], j0, brow) {
+                row.fill(0.0);
+                continue;
+            }
+            let mnew = m[r].max(max_of(row));
+            let corr = if m[r] == f32::NEG_INFINITY {
+                0.0
             } else {
-                lse[i0 + r] = f32::NEG_INFINITY; // o stays 0
+                (m[r] - mnew).exp()
+            };
+            let sum = exp_sub_sum(row, mnew); // row ← P
+            l[r] = l[r] * corr + sum;
+            if corr != 1.0 {
+                acc[r * d..(r + 1) * d].iter_mut().for_each(|x| *x *= corr);
             }
-            // SAFETY: row i0 + r of this pair's output, inside the checked view.
-            unsafe {
-                std::ptr::copy_nonoverlapping(orow.as_ptr(), o.add((i0 + r) * ors), d);
-            }
+            m[r] = mnew;
+        }
+        // acc += P V_blk  (rows × d)
+        unsafe {
+            gemm::mm(
+                (rows, d, cols),
+                (acc.as_mut_ptr(), d, true),
+                (s.as_ptr(), cols as isize, 1),
+                (v.0.add(j0 * v.1), v.1 as isize, 1),
+                1.0,
+            );
+        }
+    }
+    for r in 0..rows {
+        let orow = &mut acc[r * d..(r + 1) * d];
+        if l[r] > 0.0 {
+            let inv = 1.0 / l[r];
+            orow.iter_mut().for_each(|x| *x *= inv);
+            lse[r] = m[r] + l[r].ln();
+        } else {
+            lse[r] = f32::NEG_INFINITY; // o stays 0
+        }
+        // SAFETY: row i0 + r of this pair's output, inside the checked view.
+        unsafe {
+            std::ptr::copy_nonoverlapping(orow.as_ptr(), o.add((i0 + r) * ors), d);
         }
     }
 }

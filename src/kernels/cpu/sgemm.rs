@@ -18,7 +18,9 @@
 //! row at a time across every panel of the block (one pass along memory), A with contiguous columns
 //! by a 4- and a 2-float move per step. An edge tile (fewer than MR rows or NR columns) is computed
 //! whole into a scratch tile and only its valid part stored. The micro-kernel asks for C's tile
-//! lines before its k loop (software prefetch), so the final loads of C do not wait on memory.
+//! lines before its k loop (software prefetch), so the final loads of C do not wait on memory,
+//! and every two steps of k for packed A's line [`PF_A`] floats ahead: A's panels stream from
+//! L2 (one per tile) while B's panel stays in L1.
 //! Reading A in place instead of packing it was tried and was slower
 //! (`experiments/results/bench/packed_sgemm_2026-11-27.md`).
 //!
@@ -48,6 +50,8 @@ const KC: usize = 256;
 const MC: usize = 144;
 /// Columns of B per packed block (a multiple of NR): KC × NC × 4 B = 512 KiB.
 const NC: usize = 512;
+/// How far ahead (floats) the micro-kernel asks for packed A's lines: 8 steps of k.
+const PF_A: usize = 8 * MR;
 
 /// The environment variable that chooses the product kernels for benchmarks: `crate` (the
 /// `gemm` crate everywhere) or `packed` (this file; refused without AVX2 and FMA). Unset: this
@@ -513,16 +517,29 @@ unsafe fn kernel(
         }
         let mut acc = [_mm256_setzero_ps(); 2 * MR];
         let (mut a, mut b) = (a, b);
-        for _ in 0..kc {
-            let b0 = _mm256_loadu_ps(b);
-            let b1 = _mm256_loadu_ps(b.add(8));
-            for r in 0..MR {
-                let x = _mm256_broadcast_ss(&*a.add(r));
-                acc[2 * r] = _mm256_fmadd_ps(x, b0, acc[2 * r]);
-                acc[2 * r + 1] = _mm256_fmadd_ps(x, b1, acc[2 * r + 1]);
-            }
-            a = a.add(MR);
-            b = b.add(NR);
+        // one step of k: C's tile += A[:, p] ⊗ b_p (a macro, so it is compiled with AVX2)
+        macro_rules! step {
+            ($a:expr, $b:expr) => {
+                let b0 = _mm256_loadu_ps($b);
+                let b1 = _mm256_loadu_ps($b.add(8));
+                for r in 0..MR {
+                    let x = _mm256_broadcast_ss(&*$a.add(r));
+                    acc[2 * r] = _mm256_fmadd_ps(x, b0, acc[2 * r]);
+                    acc[2 * r + 1] = _mm256_fmadd_ps(x, b1, acc[2 * r + 1]);
+                }
+            };
+        }
+        // Two steps (12 floats of A) per round, with a hint for A's line PF_A floats ahead:
+        // the A panel streams from L2 (the B panel stays in L1).
+        for _ in 0..kc / 2 {
+            _mm_prefetch::<_MM_HINT_T0>(a.wrapping_add(PF_A) as *const i8);
+            step!(a, b);
+            step!(a.add(MR), b.add(NR));
+            a = a.add(2 * MR);
+            b = b.add(2 * NR);
+        }
+        if kc % 2 == 1 {
+            step!(a, b);
         }
         let al = _mm256_set1_ps(alpha);
         for r in 0..MR {
