@@ -215,7 +215,7 @@ fn tridiagonal_ql(d: &mut [f64], e: &mut [f64], qt: &mut [f64], n: usize) {
 
 /// `M Mᵀ` of a row-major d × n matrix (f64), through [`gram_f64`]: the rows are widened to
 /// f64 once, then one matrix product (for W_U of SmolLM2, 576 × 49152, 16 GFLOP).
-pub fn gram<X: Copy + Into<f64> + Sync>(m: &[X], d: usize, n: usize) -> Mat {
+pub fn gram<X: Copy + Into<f64>>(m: &[X], d: usize, n: usize) -> Mat {
     assert!(
         m.len() >= d * n,
         "gram: {d} × {n} from {} elements",
@@ -327,12 +327,7 @@ pub struct Bands {
 
 impl Bands {
     /// Bands of the left singular vectors of the residual-side matrix `m` (d × n, row-major).
-    pub fn from_matrix<X: Copy + Into<f64> + Sync>(
-        m: &[X],
-        d: usize,
-        n: usize,
-        n_bands: usize,
-    ) -> Self {
+    pub fn from_matrix<X: Copy + Into<f64>>(m: &[X], d: usize, n: usize, n_bands: usize) -> Self {
         assert_eq!(m.len(), d * n);
         Self::from_gram(&gram(m, d, n), d, n_bands)
     }

@@ -189,6 +189,16 @@ fn block_visible(rows: &[[[u32; 2]; 2]], j0: usize, n: usize) -> bool {
         .any(|r| clip(r[0], j0, n).1 > 0 || clip(r[1], j0, n).1 > 0)
 }
 
+/// The key blocks a query block's rows see, in order: `(j0, cols)` for every block of at most
+/// [`BC`] columns from the first to the last column any row sees, skipping blocks no row sees.
+fn key_blocks(rows: &[[[u32; 2]; 2]]) -> impl Iterator<Item = (usize, usize)> + '_ {
+    let (lo, hi) = extent(rows);
+    (lo..hi)
+        .step_by(BC)
+        .map(move |j0| (j0, BC.min(hi - j0)))
+        .filter(|&(j0, cols)| block_visible(rows, j0, cols))
+}
+
 /// The key columns any row of `rows` sees: `[lo, hi)`.
 fn extent(rows: &[[[u32; 2]; 2]]) -> (usize, usize) {
     let mut lo = usize::MAX;
@@ -200,6 +210,32 @@ fn extent(rows: &[[[u32; 2]; 2]]) -> (usize, usize) {
         }
     }
     if lo >= hi { (0, 0) } else { (lo, hi) }
+}
+
+/// `s` (rows × cols, row-major) ← S = scale · Q_blk K_blkᵀ for query rows `i0..i0 + rows` and
+/// key rows `j0..j0 + cols`; q and k are (first row, row stride) with rows of width d.
+///
+/// # Safety
+/// Those rows of q and k lie inside their storage; `s` holds rows × cols values.
+#[allow(clippy::type_complexity)]
+unsafe fn scores(
+    s: &mut [f32],
+    (q, k): ((*const f32, usize), (*const f32, usize)),
+    (i0, j0): (usize, usize),
+    (rows, cols, d): (usize, usize, usize),
+    scale: f32,
+) {
+    assert!(s.len() >= rows * cols, "attention kernel: score block");
+    // SAFETY: the caller's contract; Kᵀ is read in place (row stride 1, column stride k.1).
+    unsafe {
+        gemm::mm(
+            (rows, cols, d),
+            (s.as_mut_ptr(), cols, false),
+            (q.0.add(i0 * q.1), q.1 as isize, 1),
+            (k.0.add(j0 * k.1), 1, k.1 as isize),
+            scale,
+        );
+    }
 }
 
 /// (out, lse (B, H, Q)) for q (B, H, Q, D), k, v (B, H, C, D) through their views and z (H);
@@ -279,24 +315,10 @@ fn block_forward(
     acc.fill(0.0);
     m[..rows].fill(z);
     l[..rows].fill(if z > f32::NEG_INFINITY { 1.0 } else { 0.0 });
-    let (lo, hi) = extent(runs);
-    for j0 in (lo..hi).step_by(BC) {
-        let cols = BC.min(hi - j0);
-        if !block_visible(runs, j0, cols) {
-            continue;
-        }
-        // S = scale · Q_blk K_blkᵀ  (rows × cols)
+    for (j0, cols) in key_blocks(runs) {
         // SAFETY (all products here): the views were checked to reach only inside their
         // storage; s and acc are this task's own.
-        unsafe {
-            gemm::mm(
-                (rows, cols, d),
-                (s.as_mut_ptr(), cols, false),
-                (q.0.add(i0 * q.1), q.1 as isize, 1),
-                (k.0.add(j0 * k.1), 1, k.1 as isize),
-                args.scale,
-            );
-        }
+        unsafe { scores(s, (q, k), (i0, j0), (rows, cols, d), args.scale) };
         for r in 0..rows {
             let row = &mut s[r * cols..(r + 1) * cols];
             let brow = bias.map(|x| &x[(i0 + r) * c + j0..]);
@@ -470,21 +492,10 @@ impl Head<'_> {
         for i0 in (0..nq).step_by(BR) {
             let rows = BR.min(nq - i0);
             let runs = &args.runs[i0..i0 + rows];
-            let (lo, hi) = extent(runs);
-            for j0 in (lo..hi).step_by(BC) {
-                let cols = BC.min(hi - j0);
-                if !block_visible(runs, j0, cols) {
-                    continue;
-                }
+            for (j0, cols) in key_blocks(runs) {
                 unsafe {
-                    // P ← scale · Q_blk K_blkᵀ, then masked and exponentiated below
-                    gemm::mm(
-                        (rows, cols, d),
-                        (p.as_mut_ptr(), cols, false),
-                        (q.0.add(i0 * q.1), q.1 as isize, 1),
-                        (k.0.add(j0 * k.1), 1, k.1 as isize),
-                        args.scale,
-                    );
+                    // P ← S, then masked and exponentiated below
+                    scores(&mut p, (q, k), (i0, j0), (rows, cols, d), args.scale);
                     // dP = dO_blk V_blkᵀ
                     gemm::mm(
                         (rows, cols, d),
