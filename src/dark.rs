@@ -229,12 +229,7 @@ pub fn gram<X: Copy + Into<f64>>(m: &[X], d: usize, n: usize) -> Mat {
 /// micro-kernels on every core, Aᵀ read in place (row stride 1, column stride n). The upper
 /// triangle is copied onto the lower, so the result is exactly symmetric (the product's
 /// two halves can differ in rounding, and the eigen-decomposition assumes symmetry).
-pub fn gram_f64(a: &[f64], r: usize, n: usize) -> Mat {
-    assert!(
-        a.len() >= r * n,
-        "gram: {r} × {n} from {} elements",
-        a.len()
-    );
+fn gram_f64(a: &[f64], r: usize, n: usize) -> Mat {
     // Aᵀ (n × r): element (k, j) is a[j·n + k], row stride 1, column stride n
     let mut out = product_f64((r, r, n), (a, n as isize, 1), (a, 1, n as isize));
     for i in 0..r {
@@ -256,12 +251,6 @@ pub fn identity(n: usize) -> Mat {
 /// (the AVX-512 / AVX2 ones where the CPU has them) on every core: the band energies of a
 /// model's every write row are tens of GFLOP, minutes in a scalar loop.
 pub fn matmul(a: &[f64], b: &[f64], n: usize, k: usize, m: usize) -> Mat {
-    assert!(
-        a.len() >= n * k && b.len() >= k * m,
-        "matmul: ({n} × {k}) · ({k} × {m}) from {} and {} elements",
-        a.len(),
-        b.len()
-    );
     product_f64((n, m, k), (a, k as isize, 1), (b, m as isize, 1))
 }
 
@@ -278,7 +267,9 @@ fn product_f64(
     assert!(
         reach(n, k, a_rs, a_cs).is_none_or(|e| e < a.len())
             && reach(k, m, b_rs, b_cs).is_none_or(|e| e < b.len()),
-        "product_f64: operands shorter than their shapes"
+        "matrix product: ({n} × {k}) · ({k} × {m}) reaches past the {} and {} elements given",
+        a.len(),
+        b.len()
     );
     let mut out = vec![0.0; n * m];
     if n == 0 || m == 0 || k == 0 {
