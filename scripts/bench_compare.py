@@ -126,7 +126,7 @@ def main():
                 print(f"round {r + 1} {m}: torch {v} {t['median_tokens_per_s']:,.0f} tokens/s "
                       f"(other processes: {t['other_busy_cores_per_round'][0]:.2f} cores)",
                       file=sys.stderr)
-    print(f"sinklab vs PyTorch {torch.__version__} ({args.mode}, {os.cpu_count()} cores, "
+    print(f"sinklab vs PyTorch {torch.__version__} ({args.mode}, {len(os.sched_getaffinity(0))} cores, "
           f"{args.rounds} alternating rounds; OMP_WAIT_POLICY "
           f"{os.environ.get('OMP_WAIT_POLICY', 'default')})\n")
     print("| model | contender | tokens/s (median) | MFU | sinklab / it: median (min-max) |")

@@ -233,7 +233,7 @@ def cpu_peak_gflops():
         info = open("/proc/cpuinfo").read()
     except OSError:
         info = ""
-    cores = os.cpu_count() or 1
+    cores = len(os.sched_getaffinity(0))  # the cores this process may run on (as sinklab's)
     mhz = 2000.0
     for line in info.splitlines():
         if line.startswith("cpu MHz"):
