@@ -6,9 +6,8 @@
 #[cfg(target_arch = "x86_64")]
 use std::arch::x86_64::*;
 
-use super::{MR, WIDE};
 #[cfg(target_arch = "x86_64")]
-use super::{NARROW, PF_A, avx512};
+use super::{MR, NARROW, PF_A, WIDE, avx512};
 
 /// One MR × NR tile of C from packed panels of A (kc × MR) and B (kc × NR);
 /// an edge tile (mr < MR or nr < NR) is computed into a scratch tile and its valid part stored
