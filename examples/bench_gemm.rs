@@ -1,9 +1,8 @@
 //! GFLOP/s of the `gemm` crate (the products behind Burn's CPU matmul and sinklab's CPU kernels)
 //! on the SmolLM2 shape's and the natural-text model's products, on one thread and on every
 //! core; one JSON line per (threads, shape). `scripts/bench_gemm.py` runs it beside PyTorch's
-//! `torch.mm` (MKL) on the same shapes; beside it sinklab's packed products
-//! (`kernels::cpu::sgemm`): the AVX2 tiles where the CPU has AVX2 and FMA, the AVX-512 ones
-//! where it also has AVX-512F (with `same_bits`: whether both tiles gave the same result).
+//! `torch.mm` (MKL) on the same shapes; beside it sinklab's packed AVX2 products
+//! (`kernels::cpu::sgemm`) where the CPU has AVX2 and FMA.
 //!
 //!     cargo run --release --example bench_gemm
 
@@ -78,14 +77,12 @@ fn main() {
                     )
                 })
             });
-            // sinklab's packed products (`kernels::cpu::sgemm`) in each tile the CPU has: the
-            // AVX2 one, the AVX-512 one, and whether the two gave the same bits
-            let mut run_tile = |tile: sgemm::Tile| {
-                let g = pool.install(|| {
+            // sinklab's packed AVX2 products (`kernels::cpu::sgemm`), where the CPU has them
+            let packed = sgemm::supported().then(|| {
+                pool.install(|| {
                     rate(flop, || unsafe {
-                        // SAFETY: as above; AVX2 and FMA (and AVX-512F for Wide) checked.
-                        sgemm::product_in(
-                            tile,
+                        // SAFETY: as above; AVX2 and FMA checked.
+                        sgemm::product(
                             (m, n, k),
                             (c.as_mut_ptr(), n, false),
                             (a.as_ptr(), k as isize, 1),
@@ -94,23 +91,11 @@ fn main() {
                             threads,
                         )
                     })
-                });
-                (g, c.iter().map(|x| x.to_bits()).collect::<Vec<_>>())
-            };
-            let narrow = sgemm::supported().then(|| run_tile(sgemm::Tile::Narrow));
-            let wide = (sgemm::supported() && sgemm::avx512()).then(|| run_tile(sgemm::Tile::Wide));
-            let same = match (&narrow, &wide) {
-                (Some((_, x)), Some((_, y))) => (x == y).to_string(),
-                _ => "null".into(),
-            };
-            let show = |r: &Option<(f64, Vec<u32>)>| {
-                r.as_ref()
-                    .map_or("null".to_string(), |(g, _)| format!("{g:.1}"))
-            };
+                })
+            });
+            let packed = packed.map_or("null".to_string(), |g| format!("{g:.1}"));
             println!(
-                "{{\"threads\": {threads}, \"m\": {m}, \"n\": {n}, \"k\": {k}, \"gflops\": {gflops:.1}, \"packed_gflops\": {}, \"packed512_gflops\": {}, \"same_bits\": {same}}}",
-                show(&narrow),
-                show(&wide)
+                "{{\"threads\": {threads}, \"m\": {m}, \"n\": {n}, \"k\": {k}, \"gflops\": {gflops:.1}, \"packed_gflops\": {packed}}}"
             );
         }
     }

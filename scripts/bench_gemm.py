@@ -1,8 +1,7 @@
 #!/usr/bin/env python3
 """The matrix products alone: the `gemm` crate (Burn's CPU matmul and sinklab's CPU kernels on
-AVX-512 CPUs) and sinklab's packed products (`kernels::cpu::sgemm`: the AVX2 tiles, the kernels'
-products on CPUs with AVX2 and no AVX-512, and the AVX-512 tiles where the CPU has AVX-512F;
-`examples/bench_gemm.rs`) against PyTorch's `torch.mm` (MKL) on the same shapes, on one thread
+AVX-512 CPUs) and sinklab's packed AVX2 products (`kernels::cpu::sgemm`, the kernels' products
+on CPUs with AVX2 and no AVX-512; `examples/bench_gemm.rs`) against PyTorch's `torch.mm` (MKL) on the same shapes, on one thread
 and on every core, in GFLOP/s. Where sinklab's forward is mostly products, this bounds what any
 kernel work outside them can gain.
 
@@ -41,18 +40,15 @@ def main():
                          cwd=ROOT, capture_output=True, text=True, check=True).stdout
     rows = [json.loads(l) for l in out.splitlines() if l.startswith("{")]
     print(f"GFLOP/s, {len(os.sched_getaffinity(0))} cores, PyTorch {torch.__version__}\n")
-    print("| threads | m × k · k × n | gemm crate | sinklab packed | packed AVX-512 | torch.mm "
-          "| gemm / torch | packed / torch |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| threads | m × k · k × n | gemm crate | sinklab packed | torch.mm | gemm / torch | packed / torch |")
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
         r["torch_gflops"] = torch_gflops(r["threads"], r["m"], r["n"], r["k"])
         packed = r.get("packed_gflops")
         p_rate = "–" if packed is None else f"{packed:.0f}"
         p_ratio = "–" if packed is None else f"{packed / r['torch_gflops']:.2f}×"
-        wide = r.get("packed512_gflops")
-        w_rate = "–" if wide is None else f"{wide:.0f}"
         print(f"| {r['threads']} | {r['m']} × {r['k']} · {r['k']} × {r['n']} | {r['gflops']:.0f} | {p_rate} | "
-              f"{w_rate} | {r['torch_gflops']:.0f} | {r['gflops'] / r['torch_gflops']:.2f}× | {p_ratio} |")
+              f"{r['torch_gflops']:.0f} | {r['gflops'] / r['torch_gflops']:.2f}× | {p_ratio} |")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"torch": torch.__version__, "rows": rows}, f, indent=1)
