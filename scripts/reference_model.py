@@ -5,7 +5,7 @@ Regenerate the fixture the Rust tests compare against:
 
     python3 scripts/reference_model.py            # writes tests/fixtures/model_golden.json
 
-Nothing here imports sinklab: the model is written from docs/reference.md §2 and the README's
+Nothing here imports sinklab: the model is written from docs/reference.md §2 and docs/zoo.md's
 description (pre-norm RMSNorm blocks, RoPE with the NeoX/HF "rotate halves" pairing,
 causal softmax attention, SwiGLU, final RMSNorm, untied head; linear weights stored
 [d_in, d_out] so y = x @ W), in float64.

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# The measurements behind README.md, "A pretrained model given a sink slot": for the imported
+# The measurements behind experiments/results/smollm2_slot/README.md: for the imported
 # SmolLM2-135M and each model trained from it by experiments/smollm2/*.toml, on a text none of
 # them trained on (the GPL-3 licence) and on the embedded corpus's validation split:
 # perplexity, α₁ and slot mass per head (analyze), massive activations, and StreamingLLM with
 # the window only (0 + 128), one kept token (1 + 127) and four (4 + 124), dense beside them.
 # Writes experiments/results/smollm2_slot/RUN/ and the summary README.md there.
 #   bash scripts/smollm2_slot.sh [RUN ...]     (default: smollm2 smollm2_sink_logit_init smollm2_sink_logit smollm2_sink_logit_qk smollm2_sink_logit_window;
-#   smollm2_sink_logit_init is sink_logit.toml after one step at lr 1e-9, README.md says how)
+#   smollm2_sink_logit_init is sink_logit.toml after one step at lr 1e-9, that README.md says how)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 sinklab=${SINKLAB:-target/release/sinklab}

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The measurements behind README.md, "StreamingLLM's learnable sink token": for each model of
+# The measurements behind experiments/results/streaming/README.md: for each model of
 # the sweep experiments/sweeps/repro/streaming.toml (vanilla, one learnable sink token,
 # softmax-off-by-one; trained without BOS), the validation loss and sink metrics (eval), and
 # StreamingLLM on 2048 validation tokens (8 × the training context of 256) with a cache of

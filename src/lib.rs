@@ -1,6 +1,6 @@
 //! sinklab: a Burn-based training framework for studying attention sinks and skipless
-//! transformers. README.md gives the tour and the layout; docs/reference.md the formulas,
-//! definitions and published numbers the code follows.
+//! transformers. README.md gives the tour, docs/ the user guide, CONTRIBUTING.md the layout;
+//! docs/reference.md the formulas, definitions and published numbers the code follows.
 //!
 //! Layers, from the bottom (the order `tests/suite/layout.rs` checks): pure maths and formats
 //! (`spa`, `lock`, `checkpoint`, `tensorboard`, `plot`, `tokenizer`, `progress`,

@@ -345,7 +345,7 @@ fn set_at(table: &mut toml::Table, path: &[String], value: toml::Value) {
 fn tagged_table_expected(table: &toml::Table, segs: &[String], found: &str) -> String {
     let kinds = choices(table, segs);
     if kinds.is_empty() {
-        return "expected a table { kind = \"…\" } (see the README)".into();
+        return "expected a table { kind = \"…\" } (see docs/experiments.md)".into();
     }
     // the string the user wrote, when it names a kind, else the first kind
     let written = found

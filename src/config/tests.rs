@@ -319,17 +319,18 @@ fn a_non_table_where_a_kind_table_belongs_names_its_key_and_the_table_form() {
     }
 }
 
-/// `key = { kind = "…", a = 1, … }` tables of README.md's "Experiment files" block whose values
+/// `key = { kind = "…", a = 1, … }` tables of the block in docs/experiments.md whose values
 /// are all TOML: (section, key, the inline table).
 fn readme_default_tables() -> Vec<(String, String, String)> {
     let readme =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/experiments.md"))
+            .unwrap();
     let block = readme
-        .split("## Experiment files")
+        .split("# Experiment files")
         .nth(1)
         .and_then(|r| r.split("```toml").nth(1))
         .and_then(|r| r.split("```").next())
-        .expect("README's experiment-file block");
+        .expect("docs/experiments.md's experiment-file block");
     let mut out = Vec::new();
     let mut section = String::new();
     for line in block.lines() {
@@ -372,7 +373,7 @@ fn the_readme_defaults_are_the_defaults_of_a_table_given_only_its_kind() {
             &format!("[{section}]\n{key} = {{ kind = \"{kind}\" }}\n"),
         )
         .unwrap_or_else(|e| panic!("{key} = {{ kind = \"{kind}\" }} alone: {e}"));
-        assert_eq!(bare, documented, "README: {key} = {table}");
+        assert_eq!(bare, documented, "docs/experiments.md: {key} = {table}");
         checked.push(key);
     }
     for key in ["norm", "positions", "schedule"] {
@@ -387,7 +388,7 @@ fn the_readme_defaults_are_the_defaults_of_a_table_given_only_its_kind() {
         2,
         "{checked:?}"
     );
-    // and the defaults the README states in words
+    // and the defaults docs/experiments.md states in words
     let exp = from_str(
         "x.toml",
         "[data]\ntokenizer = { kind = \"bpe\" }\n[model]\nnorm = { kind = \"layer_norm\" }\n\

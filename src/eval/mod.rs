@@ -98,8 +98,8 @@ pub fn eval_loss_with(
 /// Workers for `jobs` independent inference jobs (chunks of sequences) on `device`: one
 /// single-threaded worker per core on the CPU, as for training (each worker runs every op of its
 /// chunk without the threads meeting at each op, which measured faster than splitting each op
-/// over both cores: README "Performance"); a single worker elsewhere. A chunk's result does not
-/// depend on the number of workers.
+/// over both cores: experiments/results/bench/README.md, "*Inference on one worker per core*"); a
+/// single worker elsewhere. A chunk's result does not depend on the number of workers.
 pub fn inference_workers(device: &Device, jobs: usize) -> Workers {
     Workers::for_device(crate::backend::is_cpu(&device.clone().inner()), jobs)
 }

@@ -19,7 +19,7 @@
 //!
 //! Parameter names (safetensors, optimizer state) are the module paths, e.g.
 //! `blocks.0.attn.wq.weight`. Linear weights are stored `[d_in, d_out]` (y = x W + b), the
-//! transpose of PyTorch's `nn.Linear.weight`. The README lists every name.
+//! transpose of PyTorch's `nn.Linear.weight`. docs/zoo.md lists every name.
 //!
 //! Init: every matrix (and the sink tokens and learned positions) N(0, init_std) from a seeded
 //! host RNG, so initial weights are identical on every backend; biases 0, norm gains 1. The

@@ -1,4 +1,4 @@
-//! The layout README.md describes, checked: the top-level modules of `src/` import each other
+//! The layout CONTRIBUTING.md describes, checked: the top-level modules of `src/` import each other
 //! without a cycle (a module only uses modules below it), and no source file grows past 800
 //! lines unless it is listed here with the reason.
 
@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 const LONG_FILES: [(&str, &str); 0] = [];
 const MAX_LINES: usize = 800;
 
-/// The layers of `src/`, bottom first (README.md "Architecture", src/lib.rs): a module may use
-/// only modules before it.
+/// The layers of `src/`, bottom first (CONTRIBUTING.md "Architecture", src/lib.rs): a module may
+/// use only modules before it.
 const ORDER: [&str; 30] = [
     "spa",
     "lock",
@@ -193,7 +193,7 @@ fn the_module_graph_has_no_cycle_and_files_stay_short() {
     }
     assert!(
         upward.is_empty(),
-        "imports that go up the layer order (README \"Architecture\"): {upward:?}"
+        "imports that go up the layer order (CONTRIBUTING.md \"Architecture\"): {upward:?}"
     );
     assert!(
         too_long.is_empty(),

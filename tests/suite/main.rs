@@ -7,6 +7,7 @@ mod analysis;
 mod cli;
 mod data_prepare;
 mod decoding;
+mod docs_commands;
 mod eval_cli;
 mod gpt2_reference;
 mod heads;

@@ -1,5 +1,5 @@
 //! The papers' headline claims reproduced at CPU scale (`experiments/results/`, README
-//! "Reproductions"), each pipeline run end to end at a shrunken size: the shipped files, the
+//! "Headline results"), each pipeline run end to end at a shrunken size: the shipped files, the
 //! commands that produced the committed reports, and the numbers those reports are read from.
 
 use crate::common::{self, read_json, sinklab_output};
@@ -261,9 +261,9 @@ fn weights(run: &Path) -> std::collections::BTreeMap<String, sinklab::checkpoint
     sinklab::checkpoint::load_safetensors(&ckpt.join("model.safetensors")).unwrap()
 }
 
-/// SmolLM2-135M given a sink slot (`experiments/smollm2/`): the shipped files, run as README
-/// says (import into runs/smollm2, then train from the repository root), shrunk to two steps
-/// of 16 tokens. The shipped base `smollm2.toml` is what the import writes. Only the parameters named in `train.trainable` change; the slot is there and
+/// SmolLM2-135M given a sink slot (`experiments/smollm2/`): the shipped files, run as
+/// experiments/results/smollm2_slot/README.md says (import into runs/smollm2, then train from
+/// the repository root), shrunk to two steps of 16 tokens. The shipped base `smollm2.toml` is what the import writes. Only the parameters named in `train.trainable` change; the slot is there and
 /// measured by `analyze`; `stream-eval` streams it with the window only.
 #[test]
 fn smollm2_slot_experiments_train_only_what_they_name_and_are_measured() {
