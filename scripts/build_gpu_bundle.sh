@@ -39,39 +39,18 @@ strip --strip-all -o "$tmp/sinklab" "$target/release/sinklab"
 "$tmp/sinklab" --version >/dev/null
 xz -T0 -6 -c "$tmp/sinklab" >"$dist/sinklab.xz"
 
-# libdevice: a local toolkit's (the search order of cubecl-llvm), else the pip wheel's.
+# libdevice: a local toolkit's, else the pip wheel's (scripts/fetch_libdevice.sh).
 libdevice=""
 libdevice_from=""
-for root in "${CUDA_PATH:-}" /usr/local/cuda /opt/cuda /usr/lib/cuda /usr; do
-  [ -n "$root" ] && [ -f "$root/nvvm/libdevice/libdevice.10.bc" ] && { libdevice="$root/nvvm/libdevice/libdevice.10.bc"; libdevice_from="$libdevice"; break; }
-done
-if [ -z "$libdevice" ]; then
-  wheels="$HOME/.cache/sinklab-wheels"
-  wheel="$(ls "$wheels"/nvidia_cuda_nvcc_cu12-*.whl 2>/dev/null | head -n 1 || true)"
-  if [ -z "$wheel" ]; then
-    py="$(command -v python3 || true)"
-    [ -x "${SINKLAB_VENV:-$HOME/.cache/sinklab-venv}/bin/python" ] && py="${SINKLAB_VENV:-$HOME/.cache/sinklab-venv}/bin/python"
-    if [ -n "$py" ] && "$py" -m pip download --quiet --no-deps --only-binary=:all: \
-         --platform manylinux2014_x86_64 -d "$wheels" nvidia-cuda-nvcc-cu12 >&2; then
-      wheel="$(ls "$wheels"/nvidia_cuda_nvcc_cu12-*.whl 2>/dev/null | head -n 1 || true)"
-    fi
-  fi
-  if [ -n "$wheel" ]; then
-    python3 - "$wheel" "$tmp/libdevice.10.bc" <<'PY'
-import sys, zipfile
-z = zipfile.ZipFile(sys.argv[1])
-name = next(n for n in z.namelist() if n.endswith("nvvm/libdevice/libdevice.10.bc"))
-open(sys.argv[2], "wb").write(z.read(name))
-PY
-    libdevice="$tmp/libdevice.10.bc"
-    libdevice_from="$(basename "$wheel")"
-  fi
+if cuda_path="$(bash scripts/fetch_libdevice.sh)"; then
+  libdevice="$cuda_path/nvvm/libdevice/libdevice.10.bc"
+  libdevice_from="$cuda_path"
 fi
 if [ -n "$libdevice" ]; then
   mkdir -p "$dist/cuda/nvvm/libdevice"
   cp "$libdevice" "$dist/cuda/nvvm/libdevice/libdevice.10.bc"
 else
-  echo "build_gpu_bundle: no libdevice.10.bc found (no CUDA toolkit here, pip download failed): the bundle relies on the GPU machine's toolkit" >&2
+  echo "build_gpu_bundle: no libdevice.10.bc (no CUDA toolkit here, and the pip download failed): the bundle relies on the GPU machine's toolkit" >&2
 fi
 
 size() { stat -c %s "$1"; }

@@ -4,29 +4,40 @@
 # scripts/build_gpu_bundle.sh, which must come along as dist/gpu (with the device tool:
 # carry ["dist/gpu"]); run from the repository root:
 #
-#   bash scripts/gpu_checks.sh                 # every section, results under $OUT
-#   bash scripts/gpu_checks.sh info train      # only these sections (a call has 10 minutes)
+#   bash scripts/gpu_checks.sh                 # every section, in order of value
+#   bash scripts/gpu_checks.sh core            # the decisive numbers (first call on a cold machine)
+#   bash scripts/gpu_checks.sh more            # everything else (a second call)
 #   STEPS=50 bash scripts/gpu_checks.sh train  # settings: the variables below
-#   ONLY="cuda cuda-bf16 torch-bf16-sdpa" bash scripts/gpu_checks.sh train bench torch
+#   ONLY="cuda-bf16 torch-bf16-sdpa" bash scripts/gpu_checks.sh bench torch
 #                                              # only these variants (and the references they need)
 #
-# Sections (each writes under $OUT, default ./gpu-checks-out, which the device tool brings back):
-#   info   GPU, driver, toolkit, libdevice, the binary's shared libraries, PyTorch, Vulkan
-#   train  experiments/natural_text.toml for $STEPS steps (LR warmup $STEPS/3) on flex at f32,
-#          bf16 and f16 (the references), and on every TRAIN_VARIANTS entry (cuda and wgpu at
-#          f32, cuda at bf16 and f16, wgpu at f16) from the same initial weights; per-step train
-#          loss, val loss and the norm ratio must agree with the flex run of the same precision
-#          within each entry's tolerance (scripts/compare_runs.py)
-#   bench  `sinklab bench` of experiments/gu60m.toml's model (d 768, 10 layers, 8 heads, SwiGLU
-#          1536, RoPE, ctx 2048, vocab 50,432; one micro-batch of 8 × 2048 tokens per step) for
-#          every BENCH_VARIANTS entry (cuda at f32/bf16/f16, wgpu at f32/f16, each with
-#          sinklab's fused attention kernel; cuda f32/bf16 and wgpu f32 also with the explicit
-#          path): tokens/s and MFU
-#   torch  scripts/bench_torch.py on the same shape and step: fp32 with hand-written attention
-#          (sinklab's maths), the same with TF32 matmuls, bf16 autocast + SDPA (what a PyTorch
-#          user runs), and torch.compile of that
-# and summary.md: every check and every throughput with MFU against the GPU's peaks. Exit 0
-# when every check passed. The binary is unpacked into $WORK (default /tmp/sinklab-gpu), not
+# Checks run in order of value, each under its own time limit, and every result is written as
+# it finishes (checks.tsv, summary.md, the raw files), so a call cut short still returns what it
+# measured. `core` (about 9 minutes on a cold machine, less once the caches below are warm):
+#   info              GPU, driver, toolkit, libdevice, the binary's shared libraries, PyTorch
+#   train-cuda-bf16   experiments/natural_text.toml for $STEPS steps at bf16 on cuda against the
+#                     same steps on flex at bf16 (the CPU reference): train loss at every step,
+#                     val loss and the norm ratio within 3e-2 (scripts/compare_runs.py)
+#   bench-cuda-bf16   `sinklab bench` of gu60m's model (d 768, 10 layers, 8 heads, SwiGLU 1536,
+#                     RoPE, ctx 2048, vocab 50,432; one micro-batch of 8 × 2048 tokens) at bf16
+#                     with the tiled attention kernel (SINKLAB_ATTENTION=kernel), tokens/s and MFU
+#   bench-cuda-bf16-explicit   the same with the explicit attention (tensor-core matmuls for
+#                     q·kᵀ and A·v, Burn's fused softmax)
+#   torch-bf16-sdpa   scripts/bench_torch.py on the same shape and step: bf16 autocast + SDPA
+#   torch-bf16-sdpa-compile    the same under torch.compile
+#   profile-cuda-bf16 one step's kernels timed one by one (CubeCL's profiler) and broken down by
+#                     kernel and stage (scripts/kernel_profile.py); Nsight Compute's per-kernel
+#                     table beside it where `ncu` reads the hardware counters (NCU=1)
+# `more`: f32 and f16 training against flex, wgpu, and the f32/f16/wgpu benchmarks.
+#
+# Every minute counts on a lent GPU: CubeCL keeps its autotune results and compiled kernels on
+# disk (the `burn/persistence` feature) under ./target/environment — git-ignored, so the device
+# machine keeps it between calls while it stays warm — and every benchmark runs warm-up steps
+# (compilation, autotune) before it times anything. info.txt records the cache's size.
+#
+# Output under $OUT (default ./gpu-checks-out, which the device tool brings back): checks.tsv,
+# summary.md, info.txt, train/NAME/, bench/NAME.json and .log, profile/. Exit 0 when every
+# check that ran passed. The binary is unpacked into $WORK (default /tmp/sinklab-gpu), not
 # $OUT. Without an NVIDIA GPU the script stops after unpacking and `sinklab check`, with a line
 # saying so (exit 2).
 set -euo pipefail
@@ -39,78 +50,71 @@ STEPS="${STEPS:-30}"                 # training steps per backend
 EVAL_EVERY="${EVAL_EVERY:-10}"       # validation loss every this many steps
 BENCH_STEPS="${BENCH_STEPS:-10}"     # timed steps per round (3 rounds, median)
 BENCH_WARMUP="${BENCH_WARMUP:-3}"    # untimed steps first (autotune and kernel compilation)
-RUN_TIMEOUT="${RUN_TIMEOUT:-300}"    # seconds allowed to one training run or benchmark
 TORCH_PY="${TORCH_PY:-python3}"      # a Python with PyTorch (CUDA build)
-ONLY="${ONLY:-}"                     # variant names to run (space-separated); empty: all
+ONLY="${ONLY:-}"                     # check names to run (space-separated); empty: all
+NCU="${NCU:-0}"                      # 1: also profile one step with Nsight Compute (slow)
 
-# ---- Variants --------------------------------------------------------------------------------
-# Training: "NAME|sinklab flags|relative tolerance|flex reference". Each reference is a flex run
-# with the same precision (flex computes bf16 and f16 on the CPU), so a variant is compared with
-# the same maths on the CPU: "flex" (f32), "flex-bf16", "flex-f16".
-# Tolerances: f32 2e-2, since CubeCL's autotune may run f32 matmuls as TF32 on tensor cores
-# (10-bit mantissa; before fusion and autotune, wgpu on an H100 stayed within 0.011, ≈2e-3
-# relative, of flex's train loss over 100 steps); bf16 (8-bit mantissa) 3e-2 and f16 2e-2, since
-# two backends round the same products after summing in different orders.
-# Flags are split on spaces (no space inside a value). At f32 the default attention is
-# sinklab's fused kernel (model.attention.kernel = "fused": on cuda and wgpu the CubeCL half,
-# src/kernels/cube/attention.rs); "-manual" runs the explicit path (the (T, T) weights written
-# out with Burn's ops). The CubeCL kernel also runs under bf16/f16 (q, k, v stored in the low
-# precision, its arithmetic in f32), so "-manual" is compared there too.
-TRAIN_VARIANTS=(
-  "cuda|--device cuda|2e-2|flex"
-  "wgpu|--device wgpu|2e-2|flex"
-  "cuda-manual|--device cuda --set model.attention.kernel=\"manual\"|2e-2|flex"
-  "cuda-bf16|--device cuda --set train.precision=\"bf16\"|3e-2|flex-bf16"
-  "cuda-f16|--device cuda --set train.precision=\"f16\"|2e-2|flex-f16"
-  "wgpu-f16|--device wgpu --set train.precision=\"f16\"|2e-2|flex-f16"
+# ---- The checks, in order of value -----------------------------------------------------------
+# "SECTION|NAME|TIME LIMIT (s)|KIND|ARGS": KIND train (ARGS: "FLAGS|RTOL|REFERENCE"), bench
+# (ARGS: "ENV|FLAGS|PEAK"), torch (ARGS: "FLAGS|PEAK"), profile (ARGS: "ENV|FLAGS"). Flags are
+# split on spaces (no space inside a value). The flex references run first where a train check
+# needs them: "flex" (f32), "flex-bf16", "flex-f16" (flex computes bf16 and f16 on the CPU, so a
+# variant is compared with the same maths). Tolerances: bf16 (8-bit mantissa) 3e-2 and f16
+# 2e-2, since two backends round the same products after summing in different orders; f32
+# 2e-2, since CubeCL's autotune may run f32 matrix products as TF32 on tensor cores.
+BF16='--set train.precision="bf16"'
+F16='--set train.precision="f16"'
+MANUAL='--set model.attention.kernel="manual"'
+CHECKS=(
+  "core|train-cuda-bf16|240|train|--device cuda $BF16|3e-2|flex-bf16"
+  "core|bench-cuda-bf16|200|bench|SINKLAB_ATTENTION=kernel|--device cuda $BF16|bf16"
+  "core|bench-cuda-bf16-explicit|150|bench||--device cuda $BF16 $MANUAL|bf16"
+  "core|torch-bf16-sdpa|120|torch|--attn sdpa --dtype bf16|bf16"
+  "core|torch-bf16-sdpa-compile|180|torch|--attn sdpa --dtype bf16 --compile|bf16"
+  "core|profile-cuda-bf16|150|profile|SINKLAB_ATTENTION=kernel|--device cuda $BF16"
+  "more|train-cuda|200|train|--device cuda|2e-2|flex"
+  "more|train-cuda-f16|200|train|--device cuda $F16|2e-2|flex-f16"
+  "more|train-cuda-manual|200|train|--device cuda $MANUAL|2e-2|flex"
+  "more|train-wgpu|200|train|--device wgpu|2e-2|flex"
+  "more|bench-cuda|150|bench|SINKLAB_ATTENTION=kernel|--device cuda|fp32"
+  "more|bench-cuda-f16|150|bench|SINKLAB_ATTENTION=kernel|--device cuda $F16|bf16"
+  "more|bench-cuda-explicit|150|bench||--device cuda $MANUAL|fp32"
+  "more|bench-wgpu|150|bench|SINKLAB_ATTENTION=kernel|--device wgpu|fp32"
+  "more|torch-fp32|120|torch|--attn manual|fp32"
+  "more|torch-fp32-tf32|120|torch|--attn manual --tf32|tf32"
 )
-# The flex references: "NAME|flags".
+# The flex references: "NAME|FLAGS|TIME LIMIT (s)".
 FLEX_REFERENCES=(
-  "flex|--device flex"
-  "flex-bf16|--device flex --set train.precision=\"bf16\""
-  "flex-f16|--device flex --set train.precision=\"f16\""
+  "flex|--device flex|200"
+  "flex-bf16|--device flex $BF16|240"
+  "flex-f16|--device flex $F16|240"
 )
-# Throughput: "NAME|sinklab flags". wgpu has no bf16 (WGSL), so no wgpu-bf16.
-BENCH_VARIANTS=(
-  "cuda|--device cuda"
-  "cuda-bf16|--device cuda --set train.precision=\"bf16\""
-  "cuda-f16|--device cuda --set train.precision=\"f16\""
-  "wgpu|--device wgpu"
-  "wgpu-f16|--device wgpu --set train.precision=\"f16\""
-  "cuda-manual|--device cuda --set model.attention.kernel=\"manual\""
-  "cuda-bf16-manual|--device cuda --set train.precision=\"bf16\" --set model.attention.kernel=\"manual\""
-  "wgpu-manual|--device wgpu --set model.attention.kernel=\"manual\""
-)
-# PyTorch peers: "NAME|bench_torch.py flags|peak (fp32, tf32 or bf16)".
-TORCH_VARIANTS=(
-  "torch-fp32|--attn manual|fp32"
-  "torch-fp32-tf32|--attn manual --tf32|tf32"
-  "torch-bf16-sdpa|--attn sdpa --dtype bf16|bf16"
-  "torch-bf16-sdpa-compile|--attn sdpa --dtype bf16 --compile|bf16"
-)
-# gu60m's model, one micro-batch per step, for both sinklab and PyTorch.
+# gu60m's model, one micro-batch of 8 × 2048 tokens per step, for both sinklab and PyTorch.
 GU60M_SINKLAB=(experiments/gu60m.toml --set train.batch_tokens=16384)
 GU60M_TORCH=(--vocab 50432 --d-model 768 --layers 10 --heads 8 --ffn 1536 --ctx 2048 --batch 8
   --lr 4e-4 --wd 0.1)
 
 sections=("$@")
-[ "${#sections[@]}" -gt 0 ] || sections=(info train bench torch)
+[ "${#sections[@]}" -gt 0 ] || sections=(core more)
 for s in "${sections[@]}"; do
-  case "$s" in info | train | bench | torch) ;; *)
-    echo "gpu_checks: unknown section '$s' (sections: info train bench torch)" >&2
+  case "$s" in core | more | info | train | bench | torch | profile) ;; *)
+    echo "gpu_checks: unknown section '$s' (sections: core more, or the kinds info train bench torch profile)" >&2
     exit 1
     ;;
   esac
 done
-mkdir -p "$OUT" "$WORK"
-CHECKS="$OUT/checks.tsv"
-: >"$CHECKS"
+mkdir -p "$OUT" "$WORK" "$OUT/bench" "$OUT/train" "$OUT/profile"
+CHECKS_TSV="$OUT/checks.tsv"
+: >"$CHECKS_TSV"
+START=$(date +%s)
 why() { # LOG: the first panic with its message, else the last 3 lines, on one line
   if grep -q 'panicked at' "$1"; then grep -m 1 -A 1 'panicked at' "$1"; else tail -n 3 "$1"; fi | tr '\n' ' '
 }
-record() { # NAME PASS|FAIL|SKIP DETAIL
-  printf '%s\t%s\t%s\n' "$1" "$2" "$3" >>"$CHECKS"
-  echo "gpu_checks: $2 $1: $3"
+summary() { :; } # replaced below, once the peaks are known
+record() { # NAME PASS|FAIL|SKIP DETAIL: appended at once, the summary rewritten
+  printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$(( $(date +%s) - START ))" >>"$CHECKS_TSV"
+  echo "gpu_checks: [$(( $(date +%s) - START )) s] $2 $1: $3"
+  summary
 }
 export RUST_BACKTRACE=1
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$WORK/xdg}"
@@ -198,11 +202,55 @@ else
   record libdevice FAIL "libdevice.10.bc not found: CUDA kernels with exp/log/erf will fail; set CUDA_PATH to a CUDA toolkit"
 fi
 
-has() { local s; for s in "${sections[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
+
+# CubeCL's caches (autotune results, compiled kernels) live under ./target/environment: the
+# binary runs from the repository root, whose Cargo.toml CubeCL finds (its default `target`
+# cache root), and target/ is git-ignored, so a warm device machine keeps it between calls.
+CACHE="$ROOT/target/environment"
+cache_size() { du -sh "$CACHE" 2>/dev/null | cut -f1 || echo 0; }
+echo "gpu_checks: CubeCL caches in $CACHE ($(cache_size) before this call)"
+
+summary() { # summary.md from checks.tsv and the benchmarks so far
+  python3 - "$OUT" "$GPU_NAME" "${PEAK_FP32:-0}" "${PEAK_TF32:-0}" "${PEAK_BF16:-0}" <<'PY'
+import glob, json, os, sys
+out, gpu = sys.argv[1], sys.argv[2]
+peaks = {k: float(v) for k, v in zip(["fp32", "tf32", "bf16"], sys.argv[3:6])}
+lines = [f"# GPU checks on {gpu}", "", "| check | result | detail | at (s) |", "|---|---|---|---|"]
+checks = [l.rstrip("\n").split("\t") for l in open(os.path.join(out, "checks.tsv")) if l.strip()]
+lines += [f"| {c[0]} | {c[1]} | {c[2].replace('|', '/')} | {c[3] if len(c) > 3 else ''} |" for c in checks]
+rows, best = [], {}
+for path in sorted(glob.glob(os.path.join(out, "bench", "*.json"))):
+    try:
+        r = json.load(open(path))
+    except ValueError:
+        continue
+    name = os.path.basename(path)[:-5]
+    best[name] = r["median_tokens_per_s"]
+    mfu = " | ".join(f"{100 * r['achieved_gflops'] / p:.1f}%" if p else "?" for p in peaks.values())
+    rows.append(f"| {name} | {r['median_tokens_per_s']:,.0f} | {r['achieved_gflops'] / 1000:.1f} | {mfu} |")
+if rows:
+    lines += ["", "gu60m's model (8 × 2048 tokens per step, training steps; FLOPs/token = 6N + 12LTd):", "",
+              "| run | tokens/s | TFLOP/s | MFU vs fp32 peak | vs TF32 | vs BF16 |", "|---|---|---|---|---|---|"] + rows
+    lines += ["", "peaks (GFLOP/s, dense): " + ", ".join(f"{k} {v:g}" for k, v in peaks.items())]
+    torch = max((v for k, v in best.items() if k.startswith("torch-bf16")), default=None)
+    ours = max((v for k, v in best.items() if k.startswith("sinklab-cuda-bf16")), default=None)
+    if torch and ours:
+        lines += ["", f"sinklab bf16 (faster attention path) / best PyTorch bf16: **{ours / torch:.2f}×**"]
+open(os.path.join(out, "summary.md"), "w").write("\n".join(lines) + "\n")
+PY
+}
+
+in_section() { # SECTION KIND: whether this call runs it
+  local s
+  for s in "${sections[@]}"; do
+    [ "$s" = "$1" ] || [ "$s" = "$2" ] && return 0
+  done
+  return 1
+}
 wanted() { [ -z "$ONLY" ] || [[ " $ONLY " == *" $1 "* ]]; } # NAME: in ONLY, or ONLY empty
 
 # ---- info -----------------------------------------------------------------------------------
-if has info; then
+if in_section core info; then
   {
     echo "date: $(date -u +%FT%TZ)  host: $(hostname)  kernel: $(uname -r)  cores: $(nproc)"
     echo "binary: $version"
@@ -211,31 +259,33 @@ if has info; then
     nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem,compute_cap,power.limit --format=csv
     echo "peaks (GFLOP/s, dense): fp32 ${PEAK_FP32:-?} tf32 ${PEAK_TF32:-?} bf16 ${PEAK_BF16:-?}"
     echo "libdevice: ${libdevice:-not found}; CUDA_PATH=${CUDA_PATH:-unset}"
+    echo "CubeCL caches: $CACHE, $(cache_size) at the start of this call"
     command -v nvcc >/dev/null 2>&1 && nvcc --version | tail -n 2
+    command -v ncu >/dev/null 2>&1 && ncu --version | tail -n 1
     echo
     echo "shared libraries of the binary:"
     ldd "$BIN"
     echo
     "$TORCH_PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else "")' 2>&1 || true
-    command -v vulkaninfo >/dev/null 2>&1 && vulkaninfo --summary 2>/dev/null | sed -n '/Devices:/,$p' | head -n 30
   } >"$OUT/info.txt" 2>&1
   nvidia-smi -q >"$OUT/nvidia-smi.txt" 2>&1 || true
   if ldd "$BIN" | grep -q 'not found'; then
     record info FAIL "shared libraries missing: $(ldd "$BIN" | grep 'not found' | tr -s ' \t\n' ' ')"
   else
-    record info PASS "$GPU_NAME, driver $(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -n 1); info.txt"
+    record info PASS "$GPU_NAME, driver $(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -n 1); caches $(cache_size); info.txt"
   fi
 fi
 
-# ---- train ----------------------------------------------------------------------------------
-train_run() { # NAME FLAGS...: natural_text for $STEPS steps; metrics copied to $OUT/train/NAME
-  local name="$1"
-  shift
+# ---- the kinds of check ---------------------------------------------------------------------
+train_run() { # NAME LIMIT FLAGS...: natural_text for $STEPS steps; metrics copied to $OUT/train/NAME
+  local name="$1" limit="$2"
+  shift 2
   local dir="$WORK/runs/$name" start
   rm -rf "$dir"
   mkdir -p "$OUT/train/$name"
   start=$(date +%s)
-  if timeout -k 30 "$RUN_TIMEOUT" "$BIN" train experiments/natural_text.toml "$@" --quiet \
+  # shellcheck disable=SC2068
+  if timeout -k 20 "$limit" "$BIN" train experiments/natural_text.toml $@ --quiet \
     --set "run.out_dir=\"$WORK/runs\"" --set "run.name=\"$name\"" --set "data.cache_dir=\"$WORK/cache\"" \
     --set "train.steps=$STEPS" --set "optim.schedule.warmup=$((STEPS / 3))" \
     --set "train.log_every=1" --set "train.eval_every=$EVAL_EVERY" \
@@ -248,110 +298,136 @@ train_run() { # NAME FLAGS...: natural_text for $STEPS steps; metrics copied to 
   echo "$(( $(date +%s) - start ))" >"$OUT/train/$name/wall_s"
   return 1
 }
-if has train; then
-  declare -A ref_ok=() ref_needed=()
-  for v in "${TRAIN_VARIANTS[@]}"; do
-    IFS='|' read -r name flags rtol ref <<<"$v"
-    wanted "$name" && ref_needed[$ref]=1
-  done
+declare -A ref_done=()
+reference() { # NAME: the flex reference run, once per call; 0 when it passed
+  local r name flags limit
+  [ -n "${ref_done[$1]:-}" ] && { [ "${ref_done[$1]}" = ok ]; return; }
   for r in "${FLEX_REFERENCES[@]}"; do
-    IFS='|' read -r name flags <<<"$r"
-    [ -n "${ref_needed[$name]:-}" ] || continue
+    IFS='|' read -r name flags limit <<<"$r"
+    [ "$name" = "$1" ] || continue
     # shellcheck disable=SC2086
-    if train_run "$name" $flags; then
-      ref_ok[$name]=1
+    if train_run "$name" "$limit" $flags; then
+      ref_done[$name]=ok
       record "train-$name" PASS "reference: $STEPS steps in $(cat "$OUT/train/$name/wall_s") s"
-    else
-      record "train-$name" FAIL "the flex reference run failed: $(why "$OUT/train/$name/train.log")"
+      return 0
     fi
+    ref_done[$name]=failed
+    record "train-$name" FAIL "the flex reference run failed: $(why "$OUT/train/$name/train.log")"
+    return 1
   done
-  for v in "${TRAIN_VARIANTS[@]}"; do
-    IFS='|' read -r name flags rtol ref <<<"$v"
-    wanted "$name" || continue
-    if [ -z "${ref_ok[$ref]:-}" ]; then
-      record "train-$name" SKIP "its reference $ref failed"
-      continue
-    fi
-    # shellcheck disable=SC2086
-    if ! train_run "$name" $flags; then
-      record "train-$name" FAIL "training failed or timed out after $(cat "$OUT/train/$name/wall_s") s: $(why "$OUT/train/$name/train.log")"
-      continue
-    fi
-    if python3 scripts/compare_runs.py "$OUT/train/$ref/metrics.jsonl" "$OUT/train/$name/metrics.jsonl" \
-      --names "$ref" "$name" --label "train $name" --rtol "$rtol" \
-      --json "$OUT/train/$name/compare.json" >"$OUT/train/$name/compare.txt"; then
-      record "train-$name" PASS "losses within $rtol of $ref over $STEPS steps ($(cat "$OUT/train/$name/wall_s") s; train/$name/compare.txt)"
-    else
-      record "train-$name" FAIL "losses differ from $ref's by more than $rtol: see train/$name/compare.txt"
-    fi
-    cat "$OUT/train/$name/compare.txt"
-  done
-fi
-
-# ---- bench ----------------------------------------------------------------------------------
-mkdir -p "$OUT/bench"
-if has bench; then
-  for v in "${BENCH_VARIANTS[@]}"; do
-    IFS='|' read -r name flags <<<"$v"
-    wanted "$name" || continue
-    # shellcheck disable=SC2086
-    if timeout -k 30 "$RUN_TIMEOUT" "$BIN" bench "${GU60M_SINKLAB[@]}" $flags --warmup "$BENCH_WARMUP" \
-      --steps "$BENCH_STEPS" --rounds 3 ${PEAK_FP32:+--peak-gflops "$PEAK_FP32"} --json \
-      >"$OUT/bench/sinklab-$name.json" 2>"$OUT/bench/sinklab-$name.log"; then
-      record "bench-$name" PASS "$(python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); print("%.0f tokens/s" % r["median_tokens_per_s"])' "$OUT/bench/sinklab-$name.json")"
-    else
-      record "bench-$name" FAIL "sinklab bench failed or timed out: $(why "$OUT/bench/sinklab-$name.log")"
-      rm -f "$OUT/bench/sinklab-$name.json"
-    fi
-  done
-fi
-
-# ---- torch ----------------------------------------------------------------------------------
-if has torch; then
-  if ! "$TORCH_PY" -c 'import torch; assert torch.cuda.is_available()' >/dev/null 2>&1; then
-    record torch SKIP "no PyTorch with CUDA in $TORCH_PY (set TORCH_PY)"
-  else
-    for v in "${TORCH_VARIANTS[@]}"; do
-      IFS='|' read -r name flags peak <<<"$v"
-      wanted "$name" || continue
-      case "$peak" in fp32) p="$PEAK_FP32" ;; tf32) p="$PEAK_TF32" ;; *) p="$PEAK_BF16" ;; esac
-      # shellcheck disable=SC2086
-      if timeout -k 30 "$RUN_TIMEOUT" "$TORCH_PY" scripts/bench_torch.py --device cuda "${GU60M_TORCH[@]}" $flags \
-        --warmup "$BENCH_WARMUP" --steps "$BENCH_STEPS" --rounds 3 ${p:+--peak-gflops "$p"} --json \
-        >"$OUT/bench/$name.json" 2>"$OUT/bench/$name.log"; then
-        record "$name" PASS "$(python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); print("%.0f tokens/s" % r["median_tokens_per_s"])' "$OUT/bench/$name.json")"
-      else
-        record "$name" FAIL "bench_torch.py failed or timed out: $(why "$OUT/bench/$name.log")"
-        rm -f "$OUT/bench/$name.json"
-      fi
-    done
+  return 1
+}
+check_train() { # NAME LIMIT "FLAGS|RTOL|REFERENCE"
+  local name="$1" limit="$2" flags rtol ref run="${1#train-}"
+  IFS='|' read -r flags rtol ref <<<"$3"
+  if ! reference "$ref"; then
+    record "$name" SKIP "its reference $ref failed"
+    return
   fi
-fi
+  # shellcheck disable=SC2086
+  if ! train_run "$run" "$limit" $flags; then
+    record "$name" FAIL "training failed or timed out after $(cat "$OUT/train/$run/wall_s") s: $(why "$OUT/train/$run/train.log")"
+    return
+  fi
+  if python3 scripts/compare_runs.py "$OUT/train/$ref/metrics.jsonl" "$OUT/train/$run/metrics.jsonl" \
+    --names "$ref" "$run" --label "train $run" --rtol "$rtol" \
+    --json "$OUT/train/$run/compare.json" >"$OUT/train/$run/compare.txt"; then
+    record "$name" PASS "losses within $rtol of $ref over $STEPS steps ($(cat "$OUT/train/$run/wall_s") s; $(grep -m 1 '^attention' "$OUT/train/$run/train.log" | cut -c1-160))"
+  else
+    record "$name" FAIL "losses differ from $ref's by more than $rtol: see train/$run/compare.txt"
+  fi
+  cat "$OUT/train/$run/compare.txt"
+}
+peak_of() { case "$1" in fp32) echo "$PEAK_FP32" ;; tf32) echo "$PEAK_TF32" ;; *) echo "$PEAK_BF16" ;; esac; }
+check_bench() { # NAME LIMIT "ENV|FLAGS|PEAK"
+  local name="$1" limit="$2" env flags peak run="sinklab-${1#bench-}" p
+  IFS='|' read -r env flags peak <<<"$3"
+  p="$(peak_of "$peak")"
+  # shellcheck disable=SC2086
+  if env $env timeout -k 20 "$limit" "$BIN" bench "${GU60M_SINKLAB[@]}" $flags --warmup "$BENCH_WARMUP" \
+    --steps "$BENCH_STEPS" --rounds 3 ${p:+--peak-gflops "$p"} --json \
+    >"$OUT/bench/$run.json.tmp" 2>"$OUT/bench/$run.log"; then
+    mv "$OUT/bench/$run.json.tmp" "$OUT/bench/$run.json"
+    record "$name" PASS "$(python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); print("%.0f tokens/s, MFU %.1f%% (%s); %s" % (r["median_tokens_per_s"], 100 * r["mfu"], sys.argv[2], (r.get("attention") or "")[:150]))' "$OUT/bench/$run.json" "$peak")"
+  else
+    rm -f "$OUT/bench/$run.json.tmp"
+    record "$name" FAIL "sinklab bench failed or timed out after $limit s: $(why "$OUT/bench/$run.log")"
+  fi
+}
+check_torch() { # NAME LIMIT "FLAGS|PEAK"
+  local name="$1" limit="$2" flags peak p
+  IFS='|' read -r flags peak <<<"$3"
+  if ! "$TORCH_PY" -c 'import torch; assert torch.cuda.is_available()' >/dev/null 2>&1; then
+    record "$name" SKIP "no PyTorch with CUDA in $TORCH_PY (set TORCH_PY)"
+    return
+  fi
+  p="$(peak_of "$peak")"
+  # shellcheck disable=SC2086
+  if timeout -k 20 "$limit" "$TORCH_PY" scripts/bench_torch.py --device cuda "${GU60M_TORCH[@]}" $flags \
+    --warmup "$BENCH_WARMUP" --steps "$BENCH_STEPS" --rounds 3 ${p:+--peak-gflops "$p"} --json \
+    >"$OUT/bench/$name.json.tmp" 2>"$OUT/bench/$name.log"; then
+    mv "$OUT/bench/$name.json.tmp" "$OUT/bench/$name.json"
+    record "$name" PASS "$(python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); print("%.0f tokens/s, MFU %.1f%%" % (r["median_tokens_per_s"], 100 * r.get("mfu", 0)))' "$OUT/bench/$name.json")"
+  else
+    rm -f "$OUT/bench/$name.json.tmp"
+    record "$name" FAIL "bench_torch.py failed or timed out after $limit s: $(why "$OUT/bench/$name.log")"
+  fi
+}
+check_profile() { # NAME LIMIT "ENV|FLAGS": one step's kernels, timed one by one by CubeCL
+  local name="$1" limit="$2" env flags dir="$WORK/profile"
+  IFS='|' read -r env flags <<<"$3"
+  mkdir -p "$dir"
+  rm -f "$OUT/profile/cubecl.log"
+  # CubeCL reads cubecl.toml from the working directory: its profiler into $OUT, the caches
+  # where every other check keeps them
+  cat >"$dir/cubecl.toml" <<TOML
+[profiling.logger]
+level = "medium"
+file = "$OUT/profile/cubecl.log"
+append = false
 
-# ---- summary --------------------------------------------------------------------------------
-python3 - "$OUT" "$GPU_NAME" "${PEAK_FP32:-0}" "${PEAK_TF32:-0}" "${PEAK_BF16:-0}" <<'PY'
-import glob, json, os, sys
-out, gpu = sys.argv[1], sys.argv[2]
-peaks = {k: float(v) for k, v in zip(["fp32", "tf32", "bf16"], sys.argv[3:6])}
-lines = [f"# GPU checks on {gpu}", "", "| check | result | detail |", "|---|---|---|"]
-checks = [l.rstrip("\n").split("\t") for l in open(os.path.join(out, "checks.tsv")) if l.strip()]
-lines += [f"| {c[0]} | {c[1]} | {c[2].replace('|', '/')} |" for c in checks]
-rows = []
-for path in sorted(glob.glob(os.path.join(out, "bench", "*.json"))):
-    r = json.load(open(path))
-    name = os.path.basename(path)[:-5]
-    mfu = " | ".join(f"{100 * r['achieved_gflops'] / p:.1f}%" if p else "?" for p in peaks.values())
-    rows.append(f"| {name} | {r['median_tokens_per_s']:,.0f} | {r['achieved_gflops'] / 1000:.1f} | {mfu} |")
-if rows:
-    lines += ["", "gu60m's model (8 × 2048 tokens per step, training steps; FLOPs/token = 6N + 12LTd):", "",
-              "| run | tokens/s | TFLOP/s | MFU vs fp32 peak | vs TF32 | vs BF16 |", "|---|---|---|---|---|---|"] + rows
-    lines += ["", "peaks (GFLOP/s, dense): " + ", ".join(f"{k} {v:g}" for k, v in peaks.items())]
-text = "\n".join(lines) + "\n"
-open(os.path.join(out, "summary.md"), "w").write(text)
-print(text)
-PY
-passed=$(grep -c $'\tPASS\t' "$CHECKS" || true)
-failed=$(grep -c $'\tFAIL\t' "$CHECKS" || true)
-skipped=$(grep -c $'\tSKIP\t' "$CHECKS" || true)
-echo "gpu checks: $passed passed, $failed failed, $skipped skipped"
+[environment]
+path = { directory = "$CACHE" }
+TOML
+  # shellcheck disable=SC2086
+  if (cd "$dir" && env $env timeout -k 20 "$limit" "$BIN" bench "$ROOT/${GU60M_SINKLAB[0]}" "${GU60M_SINKLAB[@]:1}" \
+    $flags --warmup "$BENCH_WARMUP" --steps 1 --rounds 1 --json --profile-log "$OUT/profile/cubecl.log" \
+    >"$OUT/profile/bench.json" 2>"$OUT/profile/bench.log") &&
+    python3 scripts/kernel_profile.py "$OUT/profile/bench.json" --md "$OUT/profile/kernels.md" \
+      --json "$OUT/profile/kernels.json" >/dev/null; then
+    record "$name" PASS "$(sed -n 1p "$OUT/profile/kernels.md" | cut -c1-200); profile/kernels.md"
+  else
+    record "$name" FAIL "the profiled step failed or timed out after $limit s: $(why "$OUT/profile/bench.log")"
+  fi
+  if [ "$NCU" = 1 ] && command -v ncu >/dev/null 2>&1; then
+    # Nsight Compute, where the machine lets it read the counters: one step's kernels
+    # shellcheck disable=SC2086
+    env $env timeout -k 20 "$limit" ncu --metrics gpu__time_duration.sum --csv \
+      "$BIN" bench "${GU60M_SINKLAB[@]}" $flags --warmup 1 --steps 1 --rounds 1 --json \
+      >"$OUT/profile/ncu.csv" 2>"$OUT/profile/ncu.log" &&
+      record "$name-ncu" PASS "profile/ncu.csv" ||
+      record "$name-ncu" FAIL "ncu: $(why "$OUT/profile/ncu.log")"
+  fi
+}
+
+# ---- run them -------------------------------------------------------------------------------
+for c in "${CHECKS[@]}"; do
+  IFS='|' read -r section name limit kind args <<<"$c"
+  in_section "$section" "$kind" || continue
+  wanted "$name" || continue
+  case "$kind" in
+    train) check_train "$name" "$limit" "$args" ;;
+    bench) check_bench "$name" "$limit" "$args" ;;
+    torch) check_torch "$name" "$limit" "$args" ;;
+    profile) check_profile "$name" "$limit" "$args" ;;
+  esac
+done
+
+summary
+cat "$OUT/summary.md"
+echo "gpu_checks: CubeCL caches in $CACHE: $(cache_size) after this call"
+passed=$(grep -c $'\tPASS\t' "$CHECKS_TSV" || true)
+failed=$(grep -c $'\tFAIL\t' "$CHECKS_TSV" || true)
+skipped=$(grep -c $'\tSKIP\t' "$CHECKS_TSV" || true)
+echo "gpu checks: $passed passed, $failed failed, $skipped skipped in $(( $(date +%s) - START )) s"
 [ "$failed" = 0 ]

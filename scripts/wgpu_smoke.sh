@@ -3,9 +3,13 @@
 # builds sinklab with both GPU features, `wgpu` and `cuda` (next to the default `flex`; each with
 # Burn's fusion and autotune), in the `smoke` profile (Cargo.toml: release at opt-level 0, same
 # target directory), then
-#   0. tests/cube_attention.rs: sinklab's CubeCL attention kernel (src/kernels/cube/) on the
-#      wgpu device against the explicit computation on flex, values and gradients of q, k, v and
-#      the extra logit, on every variant it covers (relative 2e-5);
+#   0. tests/cube_attention.rs: sinklab's tiled CubeCL attention kernels (src/kernels/cube/) on
+#      the wgpu device against the explicit computation on flex, values and gradients of q, k, v
+#      and the extra logit, on every variant they cover, at odd sizes and several block and tile
+#      sizes (relative 2e-5 at f32, 3e-3 at f16; lavapipe has no tensor cores, so the products
+#      take the shared-memory path); tests/cube_compile.rs: their tensor-core path, which no CI
+#      machine can run, compiled for CUDA sm_90 to C++ and to PTX (through LLVM, with the
+#      libdevice of scripts/fetch_libdevice.sh);
 # and with experiments/ci/wgpu_smoke.toml, from the same initial weights:
 #   1. f32: 3 steps on wgpu (smoke binary; attention by the CubeCL kernel) and on flex (release
 #      binary; the CPU kernel); the per-step training losses, the final validation loss and the
@@ -33,8 +37,18 @@ bash scripts/setup_cuda_build.sh
 CARGO_TARGET_DIR="$target" cargo build --release --locked
 CARGO_TARGET_DIR="$target" cargo build --profile smoke --locked --features wgpu,cuda
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$(mktemp -d)}"
-echo "wgpu smoke: the CubeCL attention kernel against the explicit path (tests/cube_attention.rs)"
+echo "wgpu smoke: the CubeCL attention kernels against the explicit path (tests/cube_attention.rs)"
 CARGO_TARGET_DIR="$target" cargo test --profile smoke --locked --features wgpu,cuda --test cube_attention -- --nocapture
+echo "wgpu smoke: the tensor-core attention kernels compiled for CUDA (tests/cube_compile.rs)"
+CUDA_PATH="$(bash scripts/fetch_libdevice.sh)"
+export CUDA_PATH
+compiled="$(mktemp)"
+CARGO_TARGET_DIR="$target" cargo test --profile smoke --locked --features wgpu,cuda --test cube_compile -- --nocapture --test-threads 1 | tee "$compiled"
+if grep -q 'PTX NOT COMPILED' "$compiled"; then
+  echo "wgpu smoke: FAILED: the tensor-core kernels were not compiled to PTX (no libdevice under CUDA_PATH=$CUDA_PATH)" >&2
+  exit 1
+fi
+rm -f "$compiled"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 

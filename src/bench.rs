@@ -69,6 +69,34 @@ pub struct BenchResult {
     pub mfu: f64,
     pub peak_rss_mib: f64,
     pub threads: usize,
+    /// On a GPU, which way attention ran and the measurement behind it (the start line of
+    /// `train`); None where the kernel does not run on the CubeCL half.
+    pub attention: Option<String>,
+    /// `--profile-log`: where the profiled step's kernels are in CubeCL's profiling log.
+    pub profile: Option<Profiled>,
+}
+
+/// The bytes `from..to` of CubeCL's profiling log `log` that one training step wrote.
+#[derive(Debug, Serialize)]
+pub struct Profiled {
+    pub log: std::path::PathBuf,
+    pub from: u64,
+    pub to: u64,
+}
+
+/// The size of the profiling log once CubeCL's logger, which writes from its own task, has
+/// written everything so far: the size once it has not changed for half a second.
+fn settled_size(log: &std::path::Path) -> u64 {
+    let size = || std::fs::metadata(log).map_or(0, |m| m.len());
+    let mut last = size();
+    loop {
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        let now = size();
+        if now == last {
+            return now;
+        }
+        last = now;
+    }
 }
 
 /// Estimate the machine's fp32 peak in GFLOP/s from /proc/cpuinfo.
@@ -97,6 +125,7 @@ pub fn cpu_peak_gflops() -> (f64, String) {
 }
 
 /// Benchmark training steps of `exp`'s model with `vocab` tokens.
+#[allow(clippy::too_many_arguments)]
 pub fn run(
     exp: &Experiment,
     vocab: usize,
@@ -105,6 +134,7 @@ pub fn run(
     rounds: usize,
     peak: Option<f64>,
     mode: Mode,
+    profile_log: Option<&std::path::Path>,
 ) -> Result<BenchResult> {
     let base = backend::device(exp.run.device)?;
     let device = base.clone().autodiff();
@@ -124,6 +154,11 @@ pub fn run(
         })
         .collect();
     let workers = Workers::for_device(exp.run.device == DeviceKind::Flex, accum);
+    // on a GPU, the kernel or the explicit path, whichever measures faster at this shape
+    let attention = train::attention_path(exp, &device);
+    if let Some(line) = &attention {
+        eprintln!("bench: {line}");
+    }
     if steps == 0 || rounds == 0 {
         anyhow::bail!("--steps {steps} --rounds {rounds}: need at least 1 of each");
     }
@@ -155,7 +190,7 @@ pub fn run(
                 Ok(model)
             }
             Mode::Train => {
-                let (grads, _loss) = train::gradients(
+                let (grads, loss) = train::gradients(
                     &model,
                     &batches,
                     &device,
@@ -163,8 +198,22 @@ pub fn run(
                     exp.train.precision,
                     1.0,
                 );
-                let scale = optim::clip_scale(grads.global_norm(), exp.optim.grad_clip);
-                Ok(adam.step(model, &grads, exp.optim.lr, scale))
+                if backend::is_cpu(&base) {
+                    let _ = loss.read();
+                    let scale = optim::clip_scale(grads.global_norm(), exp.optim.grad_clip);
+                    Ok(adam.step(model, &grads, exp.optim.lr, scale))
+                } else {
+                    // as `train` steps on a GPU: one read-back, after the update is queued
+                    let (model, _, _) = train::update_on_device(
+                        model,
+                        &mut adam,
+                        &grads,
+                        loss,
+                        exp.optim.lr,
+                        exp.optim.grad_clip,
+                    );
+                    Ok(model)
+                }
             }
         }
     };
@@ -184,6 +233,29 @@ pub fn run(
         }
         tps.push((per_step * steps) as f64 / t0.elapsed().as_secs_f64());
     }
+    // one more step, its kernels in the profiling log (each step ends with a read-back, so
+    // its kernels are done before the log settles)
+    let profile = match profile_log {
+        Some(log) => {
+            let from = settled_size(log);
+            model = step(model)?;
+            let to = settled_size(log);
+            if to == from {
+                anyhow::bail!(
+                    "--profile-log {}: the profiled step wrote nothing there (is CubeCL's \
+                     profiling logger pointed at it by a cubecl.toml in the working directory, \
+                     and is the device a GPU?)",
+                    log.display()
+                );
+            }
+            Some(Profiled {
+                log: log.to_path_buf(),
+                from,
+                to,
+            })
+        }
+        None => None,
+    };
     let median = crate::metrics::median(tps.clone());
     let n = model::non_embedding_params(&model);
     let m = &exp.model;
@@ -235,6 +307,8 @@ pub fn run(
         mfu: achieved / peak_gflops,
         peak_rss_mib: crate::memory::peak_rss().map_or(0.0, |b| b as f64 / (1u64 << 20) as f64),
         threads: rayon::current_num_threads(),
+        attention,
+        profile,
     })
 }
 

@@ -16,9 +16,12 @@
 use crate::checkpoint::{HostTensor, TensorSource};
 use crate::config::{Algorithm, DecayPolicy, OptimConfig, ScheduleConfig};
 use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
-use burn::tensor::{Device, Gradients, Tensor, TensorData};
+use burn::tensor::{Device, Tensor, TensorData};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+
+mod grads;
+pub use grads::{GradAccumulator, GradScale, clip_scale, clip_scale_on_device};
 
 /// Learning rate at optimizer step `step` (0-based) of `total` steps.
 pub fn learning_rate(cfg: &OptimConfig, step: u64, total: u64) -> f64 {
@@ -42,14 +45,6 @@ pub fn learning_rate(cfg: &OptimConfig, step: u64, total: u64) -> f64 {
             let frac = ((step - warmup) as f64 / span).min(1.0);
             peak + (min_lr - peak) * frac
         }),
-    }
-}
-
-/// The factor that scales gradients to global norm `clip` (1 when within it or unclipped).
-pub fn clip_scale(grad_norm: f64, clip: Option<f64>) -> f64 {
-    match clip {
-        Some(c) if grad_norm > c => c / (grad_norm + 1e-6),
-        _ => 1.0,
     }
 }
 
@@ -311,101 +306,6 @@ pub fn import_params_from<M: Module>(module: M, src: &mut dyn TensorSource) -> R
     }
 }
 
-/// Flattened gradients by parameter name, summed over micro-batches.
-#[derive(Default)]
-pub struct GradAccumulator {
-    pub grads: BTreeMap<String, Tensor<1>>,
-}
-
-impl GradAccumulator {
-    /// Add the gradients of `module`'s parameters from one backward pass.
-    pub fn add<M: Module>(&mut self, module: &M, grads: &Gradients) {
-        struct V<'a> {
-            path: PathStack,
-            grads: &'a Gradients,
-            acc: &'a mut BTreeMap<String, Tensor<1>>,
-        }
-        impl ModuleVisitor for V<'_> {
-            fn enter_module(&mut self, name: &str, container: &str) {
-                self.path.enter(name, container);
-            }
-            fn exit_module(&mut self, _: &str, _: &str) {
-                self.path.exit();
-            }
-            fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
-                if let Some(g) = param.val().grad(self.grads) {
-                    let n = g.shape().num_elements();
-                    let g = g.reshape([n]);
-                    let name = self.path.name();
-                    let sum = match self.acc.remove(&name) {
-                        Some(prev) => prev + g,
-                        None => g,
-                    };
-                    self.acc.insert(name, sum);
-                }
-            }
-        }
-        module.visit(&mut V {
-            path: PathStack::default(),
-            grads,
-            acc: &mut self.grads,
-        });
-    }
-
-    /// Move every gradient to `device` (data parallelism over devices).
-    pub fn to_device(self, device: &burn::tensor::Device) -> Self {
-        Self {
-            grads: self
-                .grads
-                .into_iter()
-                .map(|(k, g)| (k, g.to_device(device)))
-                .collect(),
-        }
-    }
-
-    /// Add another accumulator's gradients (name by name).
-    pub fn merge(&mut self, other: GradAccumulator) {
-        for (name, g) in other.grads {
-            let sum = match self.grads.remove(&name) {
-                Some(prev) => prev + g,
-                None => g,
-            };
-            self.grads.insert(name, sum);
-        }
-    }
-
-    /// Global L2 norm of all gradients (one host read; on the CPU kernels' device one pass
-    /// per gradient, its squares summed in f64).
-    pub fn global_norm(&self) -> f64 {
-        #[cfg(feature = "flex")]
-        if self
-            .grads
-            .values()
-            .next()
-            .is_some_and(|g| crate::kernels::on_device(&g.device()))
-        {
-            let total: f64 = self
-                .grads
-                .values()
-                .map(|g| crate::kernels::ops::sum_squares(g.clone().inner()) as f64)
-                .sum();
-            return total.sqrt();
-        }
-        let mut total: Option<Tensor<1>> = None;
-        for g in self.grads.values() {
-            let s = g.clone().square().sum();
-            total = Some(match total {
-                Some(t) => t + s,
-                None => s,
-            });
-        }
-        total
-            .map(|t| t.into_scalar::<f32>() as f64)
-            .unwrap_or(0.0)
-            .sqrt()
-    }
-}
-
 /// Optimiser state per parameter name (flattened) and the step count: AdamW's first and
 /// second moments (`m`, `v`), or SGD's momentum buffer (in `m`).
 pub struct Optimizer {
@@ -499,21 +399,31 @@ impl Optimizer {
     }
 
     /// One update of every parameter that has a gradient; gradients are scaled by `grad_scale`
-    /// (the clipping factor).
+    /// (the clipping factor), a number on the host or a one-element tensor on the gradients'
+    /// device (a GPU step reads nothing back before its update).
     pub fn step<M: Module>(
         &mut self,
         module: M,
         grads: &GradAccumulator,
         lr: f64,
-        grad_scale: f64,
+        grad_scale: impl Into<GradScale>,
     ) -> M {
         self.t += 1;
+        let scale = grad_scale.into();
+        // the scale as the kernel takes it: one tensor for every parameter of the step
+        let scale_tensor = grads.grads.values().next().map(|g| match &scale {
+            GradScale::Host(s) => {
+                Tensor::<1>::from_data(TensorData::new(vec![*s as f32], [1]), &g.device())
+            }
+            GradScale::Device(t) => (**t).clone(),
+        });
         struct Mp<'a> {
             path: PathStack,
             opt: &'a mut Optimizer,
             grads: &'a GradAccumulator,
             lr: f64,
-            scale: f64,
+            scale: GradScale,
+            scale_tensor: Option<Tensor<1>>,
         }
         impl ModuleMapper for Mp<'_> {
             fn enter_module(&mut self, name: &str, container: &str) {
@@ -534,7 +444,7 @@ impl Optimizer {
                     let shape = tensor.dims();
                     let n = g.dims()[0];
                     let p = tensor.inner().reshape([n]);
-                    let mut g = g.clone() * self.scale;
+                    let mut g = self.scale.apply(g.clone(), true);
                     if decays(c.decay, &name, D) && c.weight_decay != 0.0 {
                         g = g + p.clone() * c.weight_decay;
                     }
@@ -563,14 +473,15 @@ impl Optimizer {
                 } else {
                     0.0
                 };
-                #[cfg(feature = "flex")]
-                if crate::kernels::on_device(&p.device()) {
-                    // one pass, the same f32 operations as below (crate::kernels::cpu::adamw)
+                if let (Ok(_), Some(scale)) = (
+                    crate::kernels::adamw::choose(&p.device()),
+                    self.scale_tensor.as_ref(),
+                ) {
+                    // one pass, the same f32 operations as below (crate::kernels::adamw)
                     let zeros = || Tensor::<1>::zeros([n], &p.device());
                     let m = self.opt.m.remove(&name).unwrap_or_else(zeros);
                     let v = self.opt.v.remove(&name).unwrap_or_else(zeros);
-                    let args = crate::kernels::cpu::adamw::AdamArgs {
-                        scale: self.scale as f32,
+                    let args = crate::kernels::adamw::AdamArgs {
                         b1: b1 as f32,
                         one_minus_b1: (1.0 - b1) as f32,
                         b2: b2 as f32,
@@ -582,11 +493,12 @@ impl Optimizer {
                     };
                     // the state and the gradient may come from an autodiff device (resumed
                     // runs, accumulated gradients); the update is outside autodiff
-                    let (p, m, v) = crate::kernels::ops::adamw(
+                    let (p, m, v) = crate::kernels::adamw::adamw(
                         p,
                         g.clone().inner(),
                         m.inner(),
                         v.inner(),
+                        scale.clone(),
                         args,
                     );
                     self.opt.m.insert(name.clone(), m);
@@ -594,11 +506,7 @@ impl Optimizer {
                     let new = Tensor::<D>::from_inner(p.reshape(shape)).require_grad();
                     return Param::from_mapped_value(id, new, mapper);
                 }
-                let g = if self.scale != 1.0 {
-                    g.clone() * self.scale
-                } else {
-                    g.clone()
-                };
+                let g = self.scale.apply(g.clone(), false);
                 let m = match self.opt.m.remove(&name) {
                     Some(m) => m * b1 + g.clone() * (1.0 - b1),
                     None => g.clone() * (1.0 - b1),
@@ -623,7 +531,8 @@ impl Optimizer {
             opt: self,
             grads,
             lr,
-            scale: grad_scale,
+            scale,
+            scale_tensor,
         };
         module.map(&mut mp)
     }

@@ -6,20 +6,22 @@
 use crate::backend;
 use crate::config::{self, Experiment, Precision};
 use crate::data::{self, Batch, Dataset, Sampler};
-use crate::eval::{batch_tensors, eval_loss, probe_metrics};
+use crate::eval::{eval_loss, probe_metrics};
 use crate::metrics::HEADLINE_EPS;
 use crate::model::{self, Lm};
-use crate::optim::{self, GradAccumulator, LossScale, Optimizer};
-use crate::parallel::{self, Workers};
+use crate::optim::{self, LossScale, Optimizer};
+use crate::parallel::Workers;
 use crate::recorder::Recorder;
 use crate::run;
 use anyhow::{Context, Result, anyhow, bail};
-use burn::module::Module;
 use burn::tensor::Device;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Instant;
+
+mod step;
+pub use step::{StepLoss, attention_path, gradients, update_on_device};
 
 /// Options of `sinklab train` beyond the experiment file.
 #[derive(Debug, Clone, Default)]
@@ -141,61 +143,6 @@ pub fn gain_scalars(model: &Lm) -> Vec<(String, f64)> {
         }
     }
     out
-}
-
-/// Forward and backward over the micro-batches of one optimizer step: gradients summed over
-/// micro-batches and the step's mean loss. Each micro-batch's loss is divided by the step's
-/// total number of counted targets, so the sum is the mean over the whole step. Micro-batches
-/// run concurrently on `workers` (each on its own replica of the model); gradients and losses
-/// are summed in micro-batch order, so the result does not depend on the number of workers.
-/// The forward's matrix products run in `precision` (mixed precision; the gradients are f32);
-/// the backward starts from the loss times `loss_scale` (f16 loss scaling: the gradients come
-/// back multiplied by it, the returned loss does not).
-pub fn gradients(
-    model: &Lm,
-    batches: &[Batch],
-    device: &Device,
-    workers: &Workers,
-    precision: Precision,
-    loss_scale: f64,
-) -> (GradAccumulator, f64) {
-    let denom: f64 = batches
-        .iter()
-        .flat_map(|b| b.loss_mask.iter())
-        .map(|&m| m as f64)
-        .sum();
-    let parts = workers.map(batches.len(), |i| {
-        let (replica, dev) = match workers.device_of(i) {
-            // A copy of the weights on the worker's device (a leaf of its own graph there).
-            Some(d) => (parallel::replica(&model.clone().fork(d)), d),
-            None => (parallel::replica(model), device),
-        };
-        let (x, y, m) = batch_tensors(&batches[i], dev);
-        // The f32 leaves (`replica`) receive the gradients; the forward casts them at each
-        // matrix product when `precision` is not f32.
-        let logits = replica.clone().with_precision(precision).forward(x);
-        let loss = model::masked_nll(logits, y, m, denom.max(1.0));
-        let mut grads = GradAccumulator::default();
-        let backward = if loss_scale == 1.0 {
-            loss.backward()
-        } else {
-            (loss.clone() * loss_scale).backward()
-        };
-        grads.add(&replica, &backward);
-        let grads = if dev == device {
-            grads
-        } else {
-            grads.to_device(device)
-        };
-        (grads, loss.into_scalar::<f32>() as f64)
-    });
-    let mut grads = GradAccumulator::default();
-    let mut loss = 0.0;
-    for (g, l) in parts {
-        grads.merge(g);
-        loss += l;
-    }
-    (grads, loss)
 }
 
 /// Everything a run holds while it trains.
@@ -359,6 +306,9 @@ impl<'a> Trainer<'a> {
         if let Some(k) = crate::kernels::summary(&exp.model, exp.run.device, exp.train.precision) {
             log(&k);
         }
+        if let Some(line) = attention_path(exp, &device) {
+            log(&line);
+        }
         let sampler = Sampler::new(&data, &exp.data, exp.model.ctx, exp.run.seed)?;
         let mut val_plain =
             data::validation_batch(&data, exp.train.eval_sequences, exp.model.ctx, exp.data.bos)?;
@@ -472,6 +422,24 @@ impl<'a> Trainer<'a> {
             exp.train.precision,
             scale,
         );
+        if self.on_device_step() {
+            let model = self
+                .model
+                .take()
+                .expect("the model is present between steps");
+            let (model, loss, gnorm) =
+                update_on_device(model, &mut self.adam, &grads, loss, lr, exp.optim.grad_clip);
+            self.model = Some(model);
+            if !loss.is_finite() || !gnorm.is_finite() {
+                bail!("{}", self.non_finite(step, loss, gnorm));
+            }
+            let s = &mut self.summary;
+            s.steps_done = step + 1;
+            s.first_loss.get_or_insert(loss);
+            s.last_loss = Some(loss);
+            return Ok(StepStats { loss, lr, gnorm });
+        }
+        let loss = loss.read();
         let gnorm = grads.global_norm() / scale;
         if let Some(ls) = &mut self.loss_scale {
             // f16: a step that overflowed is skipped and the scale halved
@@ -490,22 +458,7 @@ impl<'a> Trainer<'a> {
             }
         }
         if !loss.is_finite() || !gnorm.is_finite() {
-            let last_good = match crate::checkpoint::list_checkpoints(&self.run_dir).pop() {
-                Some((s, dir)) => format!(
-                    "the last good checkpoint (step {s}) stays in {}",
-                    dir.display()
-                ),
-                None => "no checkpoint was written before it".to_string(),
-            };
-            bail!(
-                "non-finite {} at step {step} (loss {loss}, grad norm {gnorm}); stopping; \
-                 {last_good}. Lower optim.lr or tighten optim.grad_clip",
-                if loss.is_finite() {
-                    "gradient norm"
-                } else {
-                    "loss"
-                },
-            );
+            bail!("{}", self.non_finite(step, loss, gnorm));
         }
         let model = self
             .model
@@ -522,6 +475,34 @@ impl<'a> Trainer<'a> {
         s.first_loss.get_or_insert(loss);
         s.last_loss = Some(loss);
         Ok(StepStats { loss, lr, gnorm })
+    }
+
+    /// Whether this run's steps keep their reductions on the device ([`update_on_device`]):
+    /// on a GPU, except under f16 loss scaling, whose skip-or-update decision reads the loss
+    /// and the norm before the update. On the CPU the host reads are free and the f64 norm of
+    /// the CPU kernels is kept.
+    fn on_device_step(&self) -> bool {
+        !backend::is_cpu(&self.base_device) && self.loss_scale.is_none()
+    }
+
+    /// The error of a non-finite loss or gradient norm at `step`.
+    fn non_finite(&self, step: u64, loss: f64, gnorm: f64) -> String {
+        let last_good = match crate::checkpoint::list_checkpoints(&self.run_dir).pop() {
+            Some((s, dir)) => format!(
+                "the last good checkpoint (step {s}) stays in {}",
+                dir.display()
+            ),
+            None => "no checkpoint was written before it".to_string(),
+        };
+        format!(
+            "non-finite {} at step {step} (loss {loss}, grad norm {gnorm}); stopping; \
+             {last_good}. Lower optim.lr or tighten optim.grad_clip",
+            if loss.is_finite() {
+                "gradient norm"
+            } else {
+                "loss"
+            },
+        )
     }
 
     /// `val/loss` (and `val/loss_unchanged`) at `step`.

@@ -34,6 +34,12 @@ pub struct Args {
     /// fed one at a time through a dense key/value cache; a step is one stream.
     #[arg(long, value_name = "N")]
     pub decode: Option<usize>,
+    /// After the timed rounds, one more training step whose kernels CubeCL's profiler logs
+    /// to FILE (a GPU backend, with CubeCL's profiling logger pointed at FILE by a
+    /// `cubecl.toml`, as scripts/gpu_checks.sh does): the byte range of FILE that step wrote
+    /// goes into the result (`profile`), for scripts/kernel_profile.py to break down by kernel.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["forward", "decode"])]
+    pub profile_log: Option<PathBuf>,
     /// Time training even when the memory estimate exceeds what the device has.
     #[arg(long)]
     pub skip_memory_check: bool,
@@ -82,6 +88,7 @@ pub fn run(a: Args) -> Result<()> {
             (true, None) => bench::Mode::Forward,
             (false, None) => bench::Mode::Train,
         },
+        a.profile_log.as_deref(),
     )?;
     if a.json {
         println!("{}", serde_json::to_string(&r)?);
@@ -119,6 +126,14 @@ pub fn run(a: Args) -> Result<()> {
         100.0 * r.mfu
     );
     println!("peak RSS: {:.0} MiB", r.peak_rss_mib);
+    if let Some(p) = &r.profile {
+        println!(
+            "profiled step: bytes {}..{} of {} (scripts/kernel_profile.py)",
+            p.from,
+            p.to,
+            p.log.display()
+        );
+    }
     Ok(())
 }
 

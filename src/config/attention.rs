@@ -386,6 +386,19 @@ impl SlotConfig {
             SlotConfig::MemoryKv { n, .. } => *n,
         }
     }
+
+    /// Of [`Self::slot_columns`], those that are an extra logit (the sink logit's column, value
+    /// 0) rather than a key.
+    pub fn logit_columns(&self) -> usize {
+        match self {
+            SlotConfig::SinkLogit { .. } => 1,
+            SlotConfig::None {}
+            | SlotConfig::VBias { .. }
+            | SlotConfig::KvBias { .. }
+            | SlotConfig::KBias { .. }
+            | SlotConfig::MemoryKv { .. } => 0,
+        }
+    }
 }
 
 /// Output gate `out_h ← out_h ⊙ σ(x W_g)` after attention, before W_O; W_g reads the same

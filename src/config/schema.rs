@@ -599,7 +599,9 @@ pub struct TrainConfig {
 }
 
 /// The dtype of the matrix products in a forward (`train.precision`, `eval --precision`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Precision {
     #[default]

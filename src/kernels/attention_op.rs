@@ -19,6 +19,8 @@ use burn::backend::{Autodiff, Backend, Dispatch, backend_extension};
 use burn::tensor::Tensor;
 use std::sync::Arc;
 
+pub use super::attention::{Alibi, Tiles};
+
 /// What the attention kernel needs besides q, k, v and the extra logit (see
 /// [`super::cpu::attention`]): the score scale, the visible key columns of every query row,
 /// and an additive logit bias (ALiBi), shared by the batch.
@@ -29,8 +31,14 @@ pub struct AttnArgs {
     /// Per query row, up to two half-open runs `[start, end)` of visible key columns (an
     /// empty run is `[0, 0]`).
     pub runs: Arc<Vec<[[u32; 2]; 2]>>,
-    /// (H, Q, C) row-major, added to the scaled scores of visible keys; None: no bias.
+    /// ALiBi's bias as the CPU half reads it: (H, Q, C) row-major, added to the scaled scores
+    /// of visible keys; None: no bias.
     pub bias: Option<Arc<Vec<f32>>>,
+    /// The same bias as the CubeCL half computes it in its tiles: the slopes and where the
+    /// positions start. Present exactly when `bias` is ([`super::attention::Plan::new`]).
+    pub alibi: Option<Alibi>,
+    /// The CubeCL half's block and tile sizes: chosen for the device, or fixed (tests).
+    pub tiles: Tiles,
 }
 
 /// The output metadata of the forward under Burn's fusion: o like q, lse (B, H, Q).

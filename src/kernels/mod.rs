@@ -4,20 +4,28 @@
 //! path and says so (`sinklab check`, the start of `train`); a configuration is never refused
 //! because a kernel does not cover it, and never runs a kernel that does not.
 //!
-//! Each kernel is one Burn operation with a hand-written backward (Burn's backend extensions,
-//! [`ops`]): a CPU half on `Flex` ([`cpu`], host code on slices, vectorised with [`simd`]),
-//! and a `Cube` half for the GPU backends ([`cube`], CubeCL kernels; today the attention
-//! kernel only). Backends without an implementation keep the explicit path, unchanged
-//! ([`runs_on`], [`attention::runs_on`]).
+//! Each kernel is one Burn operation (Burn's backend extensions) of one shape: a module
+//! `kernels::<name>` that holds the maths, the kernel's one decision — `choose(...)`, which
+//! every caller asks, returns the [`Half`] that runs a call or every reason none does — and the
+//! call; and a module `kernels::<name>_op` that holds the operation: the forward (returning
+//! what its backward needs), the backward where there is one, and the differentiable operation
+//! recorded on `Autodiff`, implemented by a CPU half on `Flex` ([`cpu`], host code on slices,
+//! vectorised with [`simd`]) and a `Cube` half for the GPU backends ([`cube`], CubeCL
+//! kernels) where the kernel has one:
 //!
-//! - [`attention`]: softmax attention in tiles with an online softmax, forward and backward,
-//!   without the T × T weights (`model.attention.kernel = "fused"`).
-//! - [`ops::cross_entropy`]: the softmax cross-entropy over the vocabulary in one pass each
-//!   way (always on where the kernels run).
-//! - [`ops::linear`], [`ops::norm`], [`ops::glu`], [`ops::rope`], [`ops::adamw`]: the linear
-//!   layers, RMSNorm/LayerNorm, gated FFNs, RoPE and AdamW, each in one pass each way (always on
-//!   where the kernels run).
+//! | kernel | CPU half | Cube half | where it does not run |
+//! |---|---|---|---|
+//! | [`attention`] ([`attention_op`]): softmax attention in tiles with an online softmax, forward and backward, without the T × T weights | f32 | f32, f16, bf16 storage; FlashAttention-2's tiles, on tensor cores where the device has them | variants it does not cover ([`attention::covers`]); low precision on the CPU; on a GPU, shapes where the explicit path measured faster |
+//! | [`xent`] ([`xent_op`]): the softmax cross-entropy over the vocabulary, one pass each way | f32 logits | f32, f16, bf16 logits | – |
+//! | [`adamw`] ([`adamw_op`]): AdamW's update, one pass, the clipping scale read on the device | yes | yes | – |
+//! | [`ops::linear`], [`ops::norm`], [`ops::glu`], [`ops::rope`] ([`ops`]): linear layers, RMSNorm/LayerNorm, gated FFNs, RoPE, one pass each way | yes | – (Burn's autotuned matrix products and fused element-wise ops) | GPUs |
+//!
+//! [`runs_on`] and [`half_of`] / [`half_on`] say where the kernels run at all (the
+//! [`SWITCH`] turns them all off).
 
+pub mod adamw;
+#[cfg(any(feature = "flex", feature = "wgpu", feature = "cuda"))]
+pub mod adamw_op;
 pub mod attention;
 #[cfg(any(feature = "flex", feature = "wgpu", feature = "cuda"))]
 pub mod attention_op;
@@ -30,11 +38,65 @@ pub mod ops;
 pub mod simd;
 #[cfg(feature = "flex")]
 pub mod views;
+pub mod xent;
+#[cfg(any(feature = "flex", feature = "wgpu", feature = "cuda"))]
+pub mod xent_op;
 
 use crate::config::{DeviceKind, ModelConfig, Precision};
 
 /// Whether a kernel covers a model: `Ok` or the reasons it does not, each naming the setting.
 pub type Coverage = Result<(), Vec<String>>;
+
+/// The two halves of a kernel: host code on the CPU backend (`Flex`, [`cpu`]) and CubeCL
+/// kernels on the GPU backends (`Cube`, [`cube`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Half {
+    Flex,
+    Cube,
+}
+
+/// A kernel's decision for a call: the half that runs it, or every reason none does (the
+/// explicit computation runs then).
+pub type Choice = Result<Half, Vec<String>>;
+
+/// The half of the kernels a device kind offers: flex the CPU half, wgpu and cuda the CubeCL
+/// half, each where its cargo feature is compiled in and [`SWITCH`] leaves the kernels on.
+pub fn half_of(device: DeviceKind) -> Choice {
+    let (half, built) = match device {
+        DeviceKind::Flex => (Half::Flex, cfg!(feature = "flex")),
+        DeviceKind::Wgpu => (Half::Cube, cfg!(feature = "wgpu")),
+        DeviceKind::Cuda => (Half::Cube, cfg!(feature = "cuda")),
+    };
+    if !enabled() {
+        Err(vec![format!("{SWITCH}=0 turns them off")])
+    } else if built {
+        Ok(half)
+    } else {
+        Err(vec![format!(
+            "run.device = \"{}\" is not compiled in",
+            device.name()
+        )])
+    }
+}
+
+/// The half of the kernels a live device offers (with or without autodiff): flex the CPU
+/// half, a CubeCL device the CubeCL half.
+pub fn half_on(device: &burn::tensor::Device) -> Choice {
+    if !enabled() {
+        return Err(vec![format!("{SWITCH}=0 turns them off")]);
+    }
+    if on_device(device) {
+        return Ok(Half::Flex);
+    }
+    #[cfg(any(feature = "wgpu", feature = "cuda"))]
+    if matches!(
+        device.clone().inner().as_dispatch(),
+        burn::backend::DispatchDevice::Cube(_)
+    ) {
+        return Ok(Half::Cube);
+    }
+    Err(vec![format!("no kernels on {device:?}")])
+}
 
 /// The environment variable that turns the kernels off for a whole process
 /// (`SINKLAB_KERNELS=0`): every operation then runs Burn's element-wise ops as before the
@@ -80,40 +142,40 @@ pub fn on_device(device: &burn::tensor::Device) -> bool {
 pub fn summary(m: &ModelConfig, device: DeviceKind, precision: Precision) -> Option<String> {
     use crate::config::AttentionKernel;
     let place = runs_on(device);
-    let xent = match &place {
-        Ok(()) => {
+    let xent = match (&place, half_of(device)) {
+        (Ok(()), _) => {
             format!(
                 "linear layers, norms, gated FFNs, cross-entropy and AdamW: the CPU kernels \
                  (matrix products: {})",
                 cpu::sgemm::products()
             )
         }
-        Err(why) => format!(
+        (Err(_), Ok(Half::Cube)) => "cross-entropy (logits in the products' dtype) and AdamW: \
+             the CubeCL kernels; linear layers, norms and gated FFNs: Burn's ops (its matrix \
+             products autotuned, the element-wise ops fused)"
+            .to_string(),
+        (Err(why), _) => format!(
             "linear layers, norms, gated FFNs, cross-entropy and AdamW: Burn's ops ({})",
             why.join(", ")
         ),
     };
-    let attn = match m.attention.kernel {
-        AttentionKernel::Manual => return place.is_ok().then_some(xent),
-        AttentionKernel::Fused => match (
-            attention::covers(m),
-            attention::runs_on(device).and(attention::covers_precision(precision, device)),
-        ) {
-            (Ok(()), Ok(())) => format!(
-                "attention: the fused kernel ({}; training and evaluation; the probe path and \
-                 cached decoding keep the explicit weights)",
-                if device == DeviceKind::Flex {
-                    "CPU half"
-                } else {
-                    "CubeCL half"
-                }
-            ),
-            (Err(why), _) | (Ok(()), Err(why)) => format!(
-                "attention: kernel = \"fused\" does not cover this model ({}): the explicit \
-                 path runs",
-                why.join(", ")
-            ),
-        },
+    let attn = match (m.attention.kernel, attention::choose(m, device, precision)) {
+        (AttentionKernel::Manual, _) => {
+            return (place.is_ok() || half_of(device) == Ok(Half::Cube)).then_some(xent);
+        }
+        (AttentionKernel::Fused, Ok(half)) => format!(
+            "attention: the fused kernel ({}; training and evaluation; the probe path and \
+             cached decoding keep the explicit weights)",
+            match half {
+                Half::Flex => "CPU half",
+                Half::Cube => "CubeCL half, tiled; the explicit path where measured faster",
+            }
+        ),
+        (AttentionKernel::Fused, Err(why)) => format!(
+            "attention: kernel = \"fused\" does not cover this model ({}): the explicit \
+             path runs",
+            why.join(", ")
+        ),
     };
     Some(format!("kernels: {attn}; {xent}"))
 }

@@ -93,20 +93,6 @@ pub trait KernelPrimitives: Backend {
         args: RopeArgs,
         inverse: bool,
     ) -> FloatTensor<Self>;
-    /// Cross-entropy forward: (loss (1), lse (N)).
-    fn xent_forward(
-        logits: FloatTensor<Self>,
-        targets: IntTensor<Self>,
-        weights: FloatTensor<Self>,
-    ) -> (FloatTensor<Self>, FloatTensor<Self>);
-    /// Cross-entropy backward: ∂logits (N, V) for the loss gradient `grad` (1).
-    fn xent_backward(
-        logits: FloatTensor<Self>,
-        targets: IntTensor<Self>,
-        weights: FloatTensor<Self>,
-        lse: FloatTensor<Self>,
-        grad: FloatTensor<Self>,
-    ) -> FloatTensor<Self>;
 }
 
 /// The dispatched, differentiable kernels.
@@ -135,12 +121,6 @@ pub trait KernelOps: Backend {
         sin: FloatTensor<Self>,
         args: RopeArgs,
     ) -> FloatTensor<Self>;
-    /// logits (N, V), targets (N), weights (N) → `Σ_i w_i (−log softmax(x_i)[t_i])` (1).
-    fn fused_xent(
-        logits: FloatTensor<Self>,
-        targets: IntTensor<Self>,
-        weights: FloatTensor<Self>,
-    ) -> FloatTensor<Self>;
 }
 
 impl KernelOps for Flex {
@@ -155,9 +135,6 @@ impl KernelOps for Flex {
     }
     fn fused_norm(x: FlexTensor, g: FlexTensor, b: FlexTensor, args: NormArgs) -> FlexTensor {
         Self::norm_forward(x, g, b, args).0
-    }
-    fn fused_xent(logits: FlexTensor, targets: FlexTensor, weights: FlexTensor) -> FlexTensor {
-        Self::xent_forward(logits, targets, weights).0
     }
 }
 
@@ -297,34 +274,6 @@ impl<B: KernelPrimitives, C: CheckpointStrategy> KernelOps for Autodiff<B, C> {
             OpsKind::UnTracked(prep) => prep.finish(y),
         }
     }
-
-    fn fused_xent(
-        logits: FloatTensor<Self>,
-        targets: IntTensor<Self>,
-        weights: FloatTensor<Self>,
-    ) -> FloatTensor<Self> {
-        #[derive(Debug)]
-        struct XentBackward;
-        type Saved<B> = (FloatTensor<B>, IntTensor<B>, FloatTensor<B>, FloatTensor<B>);
-        impl<B: KernelPrimitives> Backward<B, 1> for XentBackward {
-            type State = Saved<B>;
-            fn backward(self, ops: Ops<Saved<B>, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
-                let grad = grads.consume::<B>(&ops.node);
-                let (x, t, w, lse) = ops.state;
-                if let [Some(node)] = ops.parents {
-                    grads.register::<B>(node.id, B::xent_backward(x, t, w, lse, grad));
-                }
-            }
-        }
-        let node = logits.node();
-        let x = logits.into_primitive();
-        let w = weights.into_primitive(); // data, not differentiated
-        let (loss, lse) = B::xent_forward(x.clone(), targets.clone(), w.clone());
-        match XentBackward.prepare::<C>([node]).compute_bound().stateful() {
-            OpsKind::Tracked(prep) => prep.finish((x, targets, w, lse), loss),
-            OpsKind::UnTracked(prep) => prep.finish(loss),
-        }
-    }
 }
 
 /// A Flex tensor's f32 values in row-major order (copied only when not contiguous).
@@ -337,7 +286,7 @@ pub(super) fn host(t: &FlexTensor) -> std::borrow::Cow<'_, [f32]> {
 }
 
 /// A Flex integer tensor's values as u32 (token ids).
-fn host_ids(t: &FlexTensor) -> Vec<u32> {
+pub(super) fn host_ids(t: &FlexTensor) -> Vec<u32> {
     let t = t.to_contiguous();
     match t.dtype() {
         DType::I64 => t.storage::<i64>().iter().map(|&x| x as u32).collect(),
@@ -471,49 +420,14 @@ impl KernelPrimitives for Flex {
         );
         flex4(y, [b, h, s, d], view)
     }
-
-    fn xent_forward(
-        logits: FlexTensor,
-        targets: FlexTensor,
-        weights: FlexTensor,
-    ) -> (FlexTensor, FlexTensor) {
-        let [n, v] = two(&logits);
-        let (loss, lse) =
-            cpu::xent::forward(&host(&logits), v, &host_ids(&targets), &host(&weights));
-        (flex(vec![loss as f32], &[1]), flex(lse, &[n]))
-    }
-
-    fn xent_backward(
-        logits: FlexTensor,
-        targets: FlexTensor,
-        weights: FlexTensor,
-        lse: FlexTensor,
-        grad: FlexTensor,
-    ) -> FlexTensor {
-        let [n, v] = two(&logits);
-        let g = host(&grad)[0];
-        let (t, w, lse) = (host_ids(&targets), host(&weights), host(&lse));
-        let mut dx = owned_as(logits, &[n, v], "cross-entropy: logits (N, V)"); // ∂x over x
-        cpu::xent::backward(dx.storage_mut::<f32>(), v, &t, &w, &lse, g);
-        dx
-    }
 }
 
 /// The two dimensions of a matrix.
-fn two(t: &FlexTensor) -> [usize; 2] {
+pub(super) fn two(t: &FlexTensor) -> [usize; 2] {
     match t.shape().as_slice() {
         &[n, v] => [n, v],
         d => panic!("expected a matrix, got shape {d:?}"),
     }
-}
-
-/// [`KernelOps::fused_xent`] on tensors: logits (N, V), targets (N), weights (N) → (1).
-pub fn cross_entropy(logits: Tensor<2>, targets: Tensor<1, Int>, weights: Tensor<1>) -> Tensor<1> {
-    Tensor::from_dispatch(<Dispatch as KernelOps>::fused_xent(
-        logits.into_dispatch(),
-        targets.into_dispatch(),
-        weights.into_dispatch(),
-    ))
 }
 
 /// [`KernelOps::fused_rope`] on tensors: x (B, H, S, d), cos and sin (S, r/2) → (B, H, S, d).
@@ -555,7 +469,7 @@ pub fn norm(x: Tensor<2>, g: Tensor<1>, b: Tensor<1>, args: NormArgs) -> Tensor<
     ))
 }
 
-/// Operations outside autodiff: an optimizer's update, an evaluation's loss.
+/// Operations outside autodiff: an evaluation's loss, a gradient's sum of squares.
 #[backend_extension(Flex)]
 pub trait UpdateOps: Backend {
     /// The head and cross-entropy of an evaluation: h (N, d), the head's weight as `lay` says,
@@ -567,14 +481,6 @@ pub trait UpdateOps: Backend {
         weights: FloatTensor<Self>,
         lay: WeightLayout,
     ) -> FloatTensor<Self>;
-    /// AdamW on flat p, g, m, v (n) → (p, m, v) ([`cpu::adamw`]).
-    fn adamw_update(
-        p: FloatTensor<Self>,
-        g: FloatTensor<Self>,
-        m: FloatTensor<Self>,
-        v: FloatTensor<Self>,
-        args: cpu::adamw::AdamArgs,
-    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>);
     /// `Σ x_i²` of a gradient (any shape) in one pass → (1), summed in f64.
     fn sum_squares(x: FloatTensor<Self>) -> FloatTensor<Self>;
 }
@@ -583,7 +489,7 @@ pub trait UpdateOps: Backend {
 /// updates and for backwards that write their result over an input they read last (no
 /// allocation, no zero-fill): no tensor anyone else holds is ever written. Its `storage_mut`
 /// then never copies.
-fn owned(t: FlexTensor) -> FlexTensor {
+pub(super) fn owned(t: FlexTensor) -> FlexTensor {
     let exact = t.is_contiguous()
         && t.layout().start_offset() == 0
         && t.bytes().len() == t.shape().num_elements() * 4;
@@ -596,7 +502,7 @@ fn owned(t: FlexTensor) -> FlexTensor {
 
 /// [`owned`] for a backward that writes its result over an input of a known shape (panics
 /// with `what` if the input has another).
-fn owned_as(t: FlexTensor, shape: &[usize], what: &str) -> FlexTensor {
+pub(super) fn owned_as(t: FlexTensor, shape: &[usize], what: &str) -> FlexTensor {
     let t = owned(t);
     assert_eq!(t.shape().as_slice(), shape, "{what}");
     t
@@ -625,25 +531,6 @@ impl UpdateOps for Flex {
         flex(vec![loss as f32], &[1])
     }
 
-    fn adamw_update(
-        p: FlexTensor,
-        g: FlexTensor,
-        m: FlexTensor,
-        v: FlexTensor,
-        args: cpu::adamw::AdamArgs,
-    ) -> (FlexTensor, FlexTensor, FlexTensor) {
-        let (mut p, mut m, mut v) = (owned(p), owned(m), owned(v));
-        let g = host(&g);
-        cpu::adamw::update(
-            p.storage_mut::<f32>(),
-            &g,
-            m.storage_mut::<f32>(),
-            v.storage_mut::<f32>(),
-            args,
-        );
-        (p, m, v)
-    }
-
     fn sum_squares(x: FlexTensor) -> FlexTensor {
         use rayon::prelude::*;
         // per-chunk partial sums added in chunk order: the same value on any number of threads
@@ -659,28 +546,6 @@ impl UpdateOps for Flex {
 pub fn sum_squares(x: Tensor<1>) -> f32 {
     Tensor::<1>::from_dispatch(<Dispatch as UpdateOps>::sum_squares(x.into_dispatch()))
         .into_scalar::<f32>()
-}
-
-/// [`UpdateOps::adamw_update`] on tensors (n) → (p, m, v).
-pub fn adamw(
-    p: Tensor<1>,
-    g: Tensor<1>,
-    m: Tensor<1>,
-    v: Tensor<1>,
-    args: cpu::adamw::AdamArgs,
-) -> (Tensor<1>, Tensor<1>, Tensor<1>) {
-    let (p, m, v) = <Dispatch as UpdateOps>::adamw_update(
-        p.into_dispatch(),
-        g.into_dispatch(),
-        m.into_dispatch(),
-        v.into_dispatch(),
-        args,
-    );
-    (
-        Tensor::from_dispatch(p),
-        Tensor::from_dispatch(m),
-        Tensor::from_dispatch(v),
-    )
 }
 
 /// [`UpdateOps::head_xent`] on tensors (outside autodiff): h (N, d), W (d, V) or (V, d) as

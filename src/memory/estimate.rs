@@ -55,9 +55,8 @@
 //! them.
 
 use crate::config::{
-    Algorithm, AttentionKernel, BlockConfig, FeatureMap, FfnConfig, GateConfig, KernelNorm,
-    ModelConfig, NormConfig, NormaliserConfig, PositionsConfig, ShapingConfig, SlotConfig,
-    SpaConfig, ValueOutputConfig,
+    Algorithm, BlockConfig, FeatureMap, FfnConfig, GateConfig, KernelNorm, ModelConfig, NormConfig,
+    NormaliserConfig, PositionsConfig, ShapingConfig, SlotConfig, SpaConfig, ValueOutputConfig,
 };
 use crate::config::{DeviceKind, Experiment};
 use serde::Serialize;
@@ -471,12 +470,12 @@ pub fn estimate(exp: &Experiment, vocab: usize, workers: usize) -> Estimate {
     // their gradient only. Where the attention kernel runs (flex, wgpu, cuda): it keeps no
     // (B, H, S, C) matrix (a log-sum-exp row per query, and one block per task in the
     // backward on the CPU; nothing on the GPU).
+    // (The CubeCL half may give way to the explicit path at a shape where that measured
+    // faster: the estimate counts the kernel's memory, as it cannot know the measurement.)
     let kernels = crate::kernels::runs_on(exp.run.device).is_ok();
-    let fused = crate::kernels::attention::runs_on(exp.run.device).is_ok()
-        && m.attention.kernel == AttentionKernel::Fused
-        && crate::kernels::attention::covers(m).is_ok();
-    let fused_train = fused
-        && crate::kernels::attention::covers_precision(exp.train.precision, exp.run.device).is_ok();
+    let choose = |p| crate::kernels::attention::choose(m, exp.run.device, p).is_ok();
+    let fused = choose(crate::config::Precision::F32);
+    let fused_train = choose(exp.train.precision);
     let attention = if fused_train {
         0
     } else {

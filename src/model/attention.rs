@@ -46,6 +46,9 @@ use burn::module::{Module, Param};
 use burn::tensor::activation::{relu, sigmoid, softmax};
 use burn::tensor::{Bool, Tensor};
 
+mod timing;
+pub use timing::time_attention;
+
 /// (B, KV, S, d_h) → (B, H, S, d_h), each key/value head repeated for the H / KV query heads
 /// that read it (Hugging Face's `repeat_kv`); the identity without grouped-query attention.
 pub fn repeat_kv(x: Tensor<4>, n_heads: usize) -> Tensor<4> {
@@ -591,11 +594,9 @@ impl Attention {
         tap: &mut Option<&mut Tap<'_>>,
         frame: Frame,
     ) -> Tensor<4> {
+        // ctx.fused: the kernel's decision for these rows (crate::kernels::attention::choose_on)
         match &ctx.fused {
-            Some(plan)
-                if crate::kernels::attention::runs_with(&q.device(), ctx.compute)
-                    && !tap_changes(tap, HeadSite::Pattern) =>
-            {
+            Some(plan) if !tap_changes(tap, HeadSite::Pattern) => {
                 if tap_wants(tap, HeadSite::Pattern) {
                     // hooks that only record the pattern get the explicit weights; the output
                     // is the kernel's either way, so recording changes nothing

@@ -201,12 +201,12 @@ impl Lm {
             kept,
             q_start,
             &device,
+            self.compute,
         );
         ctx.keep = cap.map(|c| Keep {
             front: policies.iter().map(|p| n_sink + p.sinks).collect(),
             total: n_sink + c,
         });
-        ctx.compute = self.compute;
         h = self.walk(h, &ctx, 0..self.blocks.len(), None, Some(&mut cache.layers));
         cache.real = kept;
         cache.started = true;

@@ -6,10 +6,7 @@
 //! `−m_h |i − j|`; T5 buckets are bidirectional, one table shared by all layers.
 
 use super::layers::Compute;
-use crate::config::{
-    AttentionKernel, ModelConfig, PositionsConfig, RopePairing, ShapingConfig, SlotConfig,
-    rope_dims,
-};
+use crate::config::{ModelConfig, PositionsConfig, RopePairing, ShapingConfig, rope_dims};
 use burn::tensor::module::embedding;
 use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
 
@@ -152,19 +149,21 @@ pub struct Ctx {
 }
 
 impl Ctx {
-    /// For `t` real tokens (plus the configured sink tokens), every row a query.
+    /// For `t` real tokens (plus the configured sink tokens), every row a query, the matrix
+    /// products in `compute`.
     pub fn new(
         cfg: &ModelConfig,
         tables: &PositionTables,
         rel_bias: Option<Tensor<2>>,
         t: usize,
         device: &Device,
+        compute: Compute,
     ) -> Self {
-        Self::rows(cfg, tables, rel_bias, t, 0, device)
+        Self::rows(cfg, tables, rel_bias, t, 0, device, compute)
     }
 
     /// For `t` real tokens (plus the configured sink tokens) as keys and the sequence rows
-    /// `q_start..N+t` as queries.
+    /// `q_start..N+t` as queries, the matrix products in `compute`.
     pub fn rows(
         cfg: &ModelConfig,
         tables: &PositionTables,
@@ -172,6 +171,7 @@ impl Ctx {
         t: usize,
         q_start: usize,
         device: &Device,
+        compute: Compute,
     ) -> Self {
         let n = cfg.sink_tokens;
         let s = n + t;
@@ -179,6 +179,7 @@ impl Ctx {
         let nq = s - q_start;
         let a = &cfg.attention;
         let slots = a.slot.slot_columns();
+        let logit_cols = a.slot.logit_columns();
         let c = slots + s;
         let mask = a.mask;
         // Sink-token queries see the sink tokens up to themselves; real queries see every sink
@@ -214,7 +215,12 @@ impl Ctx {
                     }
                 }
                 let b = std::sync::Arc::new(b);
-                alibi_host = Some(b.clone());
+                let spec = crate::kernels::attention::Alibi {
+                    slopes: std::sync::Arc::new(slopes.iter().map(|&m| m as f32).collect()),
+                    kv_slots: slots - logit_cols,
+                    q_start,
+                };
+                alibi_host = Some((b.clone(), spec));
                 Some(
                     Tensor::<3>::from_data(TensorData::new(b.to_vec(), [h, nq, c]), device)
                         .unsqueeze(),
@@ -277,11 +283,12 @@ impl Ctx {
             rope_pairing: tables.rope_pairing,
             hidden,
             bias,
-            fused: (a.kernel == AttentionKernel::Fused
-                && q_start == 0
-                && crate::kernels::attention::covers(cfg).is_ok())
+            // the kernel's decision (crate::kernels::attention::choose_on); cached decoding
+            // (later query rows) keeps the explicit path
+            fused: (q_start == 0
+                && crate::kernels::attention::choose_on(cfg, device, compute, nq, c - logit_cols)
+                    .is_ok())
             .then(|| {
-                let logit_cols = matches!(a.slot, SlotConfig::SinkLogit { .. }) as usize;
                 crate::kernels::attention::Plan::new(
                     nq,
                     c,
@@ -295,7 +302,7 @@ impl Ctx {
             q_start,
             keep: None,
             shaping,
-            compute: None,
+            compute,
         }
     }
 }

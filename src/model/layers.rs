@@ -195,13 +195,16 @@ impl Linear {
                 }
             }
             None => self.forward(x),
-            Some(dt) => linear(
-                x.cast(dt),
-                self.matrix().cast(dt),
-                self.bias.as_ref().map(|b| b.val().cast(dt)),
-            )
-            .cast(FloatDType::F32),
+            Some(dt) => self.forward_low(x, dt).cast(FloatDType::F32),
         }
+    }
+    /// The product in `dt` (input, matrix and bias cast down), left in `dt`.
+    pub fn forward_low<const D: usize>(&self, x: Tensor<D>, dt: FloatDType) -> Tensor<D> {
+        linear(
+            x.cast(dt),
+            self.matrix().cast(dt),
+            self.bias.as_ref().map(|b| b.val().cast(dt)),
+        )
     }
 }
 

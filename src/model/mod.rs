@@ -34,7 +34,7 @@ pub mod hooks;
 pub mod layers;
 pub mod probe;
 
-pub use attention::Attention;
+pub use attention::{Attention, time_attention};
 pub use block::Block;
 pub use cache::{CachePolicy, KvCache};
 pub use context::Ctx;
@@ -77,7 +77,26 @@ pub struct Lm {
     /// None: f32.
     #[module(skip)]
     pub compute: Compute,
+    /// The last full-sequence context built ([`Lm::context`]), shared by clones of the model:
+    /// its mask, bias and kernel plan depend only on the length, the device and the precision,
+    /// and building them is O(T²) host work (at T = 2048, tens of milliseconds a forward that
+    /// a GPU would wait for).
+    #[module(skip)]
+    pub ctx_cache: CtxCache,
 }
+
+/// One cached [`Ctx`] with what it was built for: (t, device, whether it is an autodiff device
+/// — `Device`'s equality ignores that —, compute, measurements).
+#[derive(Clone, Default)]
+pub struct CtxCache(std::sync::Arc<std::sync::Mutex<Option<(CtxKey, Ctx)>>>);
+
+impl std::fmt::Debug for CtxCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CtxCache")
+    }
+}
+
+type CtxKey = (usize, Device, bool, Compute, u64);
 
 impl Lm {
     /// Build with weights drawn from N(0, init_std) by seeded host RNGs (identical on every
@@ -151,6 +170,7 @@ impl Lm {
             tables: PositionTables::new(cfg, cfg.ctx, device),
             cfg: cfg.clone(),
             compute: None,
+            ctx_cache: CtxCache::default(),
         }
     }
 
@@ -185,15 +205,36 @@ impl Lm {
     }
 
     fn context(&self, t: usize, device: &Device) -> Ctx {
-        let mut ctx = Ctx::new(
-            &self.cfg,
-            &self.tables,
-            self.rel_bias.as_ref().map(|p| p.val()),
+        let build = || {
+            Ctx::new(
+                &self.cfg,
+                &self.tables,
+                self.rel_bias.as_ref().map(|p| p.val()),
+                t,
+                device,
+                self.compute,
+            )
+        };
+        // a learned relative bias changes every step: never cached
+        if self.rel_bias.is_some() {
+            return build();
+        }
+        let key = (
             t,
-            device,
+            device.clone(),
+            device.is_autodiff(),
+            self.compute,
+            crate::kernels::attention::generation(),
         );
-        ctx.compute = self.compute;
-        ctx
+        let mut cached = self.ctx_cache.0.lock().unwrap_or_else(|e| e.into_inner());
+        match &*cached {
+            Some((k, ctx)) if *k == key => ctx.clone(),
+            _ => {
+                let ctx = build();
+                *cached = Some((key, ctx.clone()));
+                ctx
+            }
+        }
     }
 
     /// The one walk over the blocks: the residual stream `h` (B, S, d) entering block
@@ -370,6 +411,27 @@ impl Lm {
         self.logits(h)
     }
 
+    /// Logits (B, T, V) for the training loss ([`masked_nll`]): [`Lm::forward`]'s, except that
+    /// under mixed precision, where the cross-entropy kernel takes the low precision
+    /// (`crate::kernels::xent::choose`: the CubeCL half), the head's product stays in it —
+    /// no f32 copy of the (B, T, V) logits, as under PyTorch's autocast.
+    pub fn forward_for_loss(&self, tokens: Tensor<2, Int>) -> Tensor<3> {
+        let h = self.run(tokens, None);
+        match self.compute {
+            Some(dt) if crate::kernels::xent::choose(&h.device(), dt.into()).is_ok() => {
+                let h = match &self.norm_f {
+                    Some(n) => n.forward(h),
+                    None => h,
+                };
+                match &self.head {
+                    Some(head) => head.forward_low(h, dt),
+                    None => linear(h.cast(dt), self.embed.val().transpose().cast(dt), None), // tied: h Eᵀ
+                }
+            }
+            _ => self.logits(h),
+        }
+    }
+
     /// The real-token hidden states leaving the last block (B, T, d) for token ids (B, T),
     /// before the final norm ([`Lm::unembed`] turns them into logits).
     pub fn forward_hidden(&self, tokens: Tensor<2, Int>) -> Tensor<3> {
@@ -518,23 +580,28 @@ impl Lm {
 /// Masked mean next-token cross-entropy: `Σ mask·(−log p(target)) / denom`. `denom` is passed
 /// in so that gradient-accumulation micro-batches sum to the mean over the whole step.
 ///
-/// On the devices the kernels run on this is the fused cross-entropy (`crate::kernels`: one
-/// pass over the logits forward, one backward); elsewhere log-softmax and a gather.
+/// Where the cross-entropy kernel runs (`crate::kernels::xent::choose`) this is the fused
+/// cross-entropy (one pass over the logits forward, one backward; the logits in the dtype
+/// they come in); elsewhere log-softmax and a gather, in f32.
 pub fn masked_nll(
     logits: Tensor<3>,
     targets: Tensor<2, Int>,
     mask: Tensor<2>,
     denom: f64,
 ) -> Tensor<1> {
-    #[cfg(feature = "flex")]
-    if crate::kernels::on_device(&logits.device()) {
+    if crate::kernels::xent::choose(&logits.device(), logits.dtype()).is_ok() {
         let [b, t, v] = logits.dims();
-        return crate::kernels::ops::cross_entropy(
+        return crate::kernels::xent::cross_entropy(
             logits.reshape([b * t, v]),
             targets.reshape([b * t]),
             (mask / denom).reshape([b * t]),
         );
     }
+    let logits = if logits.dtype() == burn::tensor::DType::F32 {
+        logits
+    } else {
+        logits.cast(burn::tensor::FloatDType::F32)
+    };
     let logp = burn::tensor::activation::log_softmax(logits, 2); // (B, T, V)
     let picked = logp
         .gather(2, targets.unsqueeze_dim::<3>(2))

@@ -15,33 +15,18 @@
 
 use rayon::prelude::*;
 
-/// The update's scalars, each the f32 the tensor ops would multiply by.
-#[derive(Debug, Clone, Copy)]
-pub struct AdamArgs {
-    /// The gradient scale (clipping); 1 = none.
-    pub scale: f32,
-    pub b1: f32,
-    pub one_minus_b1: f32,
-    pub b2: f32,
-    pub one_minus_b2: f32,
-    /// 1 − lr·wd; 1 = no decay.
-    pub decay: f32,
-    pub c2: f32,
-    pub eps: f32,
-    /// lr · c₁.
-    pub step: f32,
-}
+pub use crate::kernels::adamw::AdamArgs;
 
 /// Elements per parallel task.
 const CHUNK: usize = 1 << 16;
 
-/// Update p, m, v in place from g.
-pub fn update(p: &mut [f32], g: &[f32], m: &mut [f32], v: &mut [f32], a: AdamArgs) {
+/// Update p, m, v in place from g scaled by `scale` (the clipping factor; 1 = none).
+pub fn update(p: &mut [f32], g: &[f32], m: &mut [f32], v: &mut [f32], scale: f32, a: AdamArgs) {
     assert!(g.len() == p.len() && m.len() == p.len() && v.len() == p.len());
     p.par_chunks_mut(CHUNK)
         .zip(g.par_chunks(CHUNK))
         .zip(m.par_chunks_mut(CHUNK).zip(v.par_chunks_mut(CHUNK)))
-        .for_each(|((p, g), (m, v))| update_chunk(p, g, m, v, a));
+        .for_each(|((p, g), (m, v))| update_chunk(p, g, m, v, scale, a));
 }
 
 crate::kernels::simd::simd_dispatch! {
@@ -49,9 +34,9 @@ crate::kernels::simd::simd_dispatch! {
     /// the square root and the division are each correctly rounded in every lane and nothing
     /// is contracted into a fused multiply-add, so each lane computes exactly what the scalar
     /// formula does.
-    fn update_chunk(p: &mut [f32], g: &[f32], m: &mut [f32], v: &mut [f32], a: AdamArgs) {
+    fn update_chunk(p: &mut [f32], g: &[f32], m: &mut [f32], v: &mut [f32], scale: f32, a: AdamArgs) {
         for (((p, &g), m), v) in p.iter_mut().zip(g).zip(m.iter_mut()).zip(v.iter_mut()) {
-            let g = if a.scale != 1.0 { g * a.scale } else { g };
+            let g = if scale != 1.0 { g * scale } else { g };
             *m = *m * a.b1 + g * a.one_minus_b1;
             *v = *v * a.b2 + g * g * a.one_minus_b2;
             let pd = if a.decay != 1.0 { *p * a.decay } else { *p };
@@ -104,7 +89,6 @@ mod tests {
         let want = by_tensor_ops(&p, &g, &m, &v, h);
         let (b1, b2, lr, wd, scale) = h;
         let args = AdamArgs {
-            scale: scale as f32,
             b1: b1 as f32,
             one_minus_b1: (1.0 - b1) as f32,
             b2: b2 as f32,
@@ -115,7 +99,7 @@ mod tests {
             step: (lr / (1.0 - b1.powi(3))) as f32,
         };
         let (mut p2, mut m2, mut v2) = (p.clone(), m.clone(), v.clone());
-        update(&mut p2, &g, &mut m2, &mut v2, args);
+        update(&mut p2, &g, &mut m2, &mut v2, scale as f32, args);
         assert_eq!(p2, want[0]);
         assert_eq!(m2, want[1]);
         assert_eq!(v2, want[2]);

@@ -740,6 +740,9 @@ mod tests {
                                     .collect(),
                             )
                         }),
+                        // the CPU half reads the table; the slopes are the CubeCL half's
+                        alibi: None,
+                        tiles: Default::default(),
                     };
                     let dims = Dims { b, h, q: nq, c, d };
                     let q: Vec<f32> = noise(b * h * nq * d, 1).iter().map(|x| 3.0 * x).collect();
