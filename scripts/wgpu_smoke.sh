@@ -9,7 +9,8 @@
 #      sizes (relative 2e-5 at f32, 3e-3 at f16; lavapipe has no tensor cores, so the products
 #      take the shared-memory path); tests/cube_compile.rs: their tensor-core path, which no CI
 #      machine can run, compiled for CUDA sm_90 to C++ and to PTX (through LLVM, with the
-#      libdevice of scripts/fetch_libdevice.sh);
+#      libdevice of scripts/fetch_libdevice.sh); tests/cube_kernels.rs: the cross-entropy and
+#      AdamW kernels' CubeCL halves against the explicit computation;
 # and with experiments/ci/wgpu_smoke.toml, from the same initial weights:
 #   1. f32: 3 steps on wgpu (smoke binary; attention by the CubeCL kernel) and on flex (release
 #      binary; the CPU kernel); the per-step training losses, the final validation loss and the
@@ -39,6 +40,8 @@ CARGO_TARGET_DIR="$target" cargo build --profile smoke --locked --features wgpu,
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$(mktemp -d)}"
 echo "wgpu smoke: the CubeCL attention kernels against the explicit path (tests/cube_attention.rs)"
 CARGO_TARGET_DIR="$target" cargo test --profile smoke --locked --features wgpu,cuda --test cube_attention -- --nocapture
+echo "wgpu smoke: the CubeCL cross-entropy and AdamW kernels against the explicit computation (tests/cube_kernels.rs)"
+CARGO_TARGET_DIR="$target" cargo test --profile smoke --locked --features wgpu,cuda --test cube_kernels -- --nocapture
 echo "wgpu smoke: the tensor-core attention kernels compiled for CUDA (tests/cube_compile.rs)"
 CUDA_PATH="$(bash scripts/fetch_libdevice.sh)"
 export CUDA_PATH
