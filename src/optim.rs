@@ -320,14 +320,7 @@ pub struct Optimizer {
 /// the module and the (trainable, frozen) element counts; a pattern matching nothing, or an
 /// invalid one, is an error naming it and some of the names.
 pub fn freeze<M: Module>(module: M, patterns: &[String]) -> anyhow::Result<(M, usize, usize)> {
-    let compiled = patterns
-        .iter()
-        .map(|p| {
-            glob::Pattern::new(p).map_err(|e| {
-                anyhow::anyhow!("train.trainable: pattern {p:?} is not valid ({e}); use `*` for any run of characters, e.g. \"blocks.*.attn.sink_logit\"")
-            })
-        })
-        .collect::<anyhow::Result<Vec<_>>>()?;
+    let compiled = trainable_patterns(patterns)?;
     struct Fr<'a> {
         path: PathStack,
         patterns: &'a [glob::Pattern],
@@ -386,6 +379,19 @@ pub fn freeze<M: Module>(module: M, patterns: &[String]) -> anyhow::Result<(M, u
         );
     }
     Ok((module, fr.counts.0, fr.counts.1))
+}
+
+/// `train.trainable`'s patterns compiled (`*` any run of characters), or an error naming the
+/// invalid one.
+pub fn trainable_patterns(patterns: &[String]) -> anyhow::Result<Vec<glob::Pattern>> {
+    patterns
+        .iter()
+        .map(|p| {
+            glob::Pattern::new(p).map_err(|e| {
+                anyhow::anyhow!("train.trainable: pattern {p:?} is not valid ({e}); use `*` for any run of characters, e.g. \"blocks.*.attn.sink_logit\"")
+            })
+        })
+        .collect()
 }
 
 impl Optimizer {

@@ -107,6 +107,7 @@ pub fn head_map(rows: &[Vec<f64>], title: &str, range: Option<(f64, f64)>) -> Re
         y_ticks: None,
         range,
         annotate: true,
+        colours: crate::plot::Colours::Sequential,
     })
 }
 

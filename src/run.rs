@@ -38,6 +38,11 @@ pub struct CheckpointState {
     /// The f16 loss scale at this step (`train.precision = "f16"` only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub loss_scale: Option<optim::LossScale>,
+    /// The run's first step's loss, so that a resumed run's `summary.json` keeps it
+    /// (checkpoints written before this field have none: the resumed segment's first loss is
+    /// used then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_loss: Option<f64>,
 }
 
 /// Read a checkpoint's `state.json`.
@@ -74,13 +79,33 @@ pub fn locate_checkpoint(path: &Path) -> Result<(PathBuf, PathBuf)> {
         })?;
         Ok((run_dir.to_path_buf(), path.to_path_buf()))
     } else {
-        let (_, c) = checkpoint::list_checkpoints(path).pop().ok_or_else(|| {
-            anyhow!(
-                "{}: no checkpoint found (expected a run directory or checkpoints/step_N)",
-                path.display()
-            )
-        })?;
+        let (_, c) = checkpoint::list_checkpoints(path)
+            .pop()
+            .ok_or_else(|| no_checkpoint(path))?;
         Ok((path.to_path_buf(), c))
+    }
+}
+
+/// Why `path` has no checkpoint to open: a run directory that has not reached its first
+/// checkpoint (training, or stopped before one) is told apart from a path that is not a run.
+fn no_checkpoint(path: &Path) -> anyhow::Error {
+    if path.join("resolved.toml").exists() {
+        let every = std::fs::read_to_string(path.join("resolved.toml"))
+            .ok()
+            .and_then(|t| config::from_str("resolved.toml", &t).ok())
+            .map(|e| format!(" (train.checkpoint_every = {})", e.train.checkpoint_every))
+            .unwrap_or_default();
+        anyhow!(
+            "{}: this run has no checkpoint yet{every}: it is still training towards its first \
+             one, or it stopped before one (its `sinklab train ... --resume` continues it)",
+            path.display()
+        )
+    } else {
+        anyhow!(
+            "{}: no checkpoint found: expected a run directory (with resolved.toml and \
+             checkpoints/) or one of its checkpoints/step_N",
+            path.display()
+        )
     }
 }
 
@@ -530,6 +555,7 @@ pub fn save_checkpoint(
     step: u64,
     vocab: usize,
     loss_scale: Option<&optim::LossScale>,
+    first_loss: Option<f64>,
 ) -> Result<()> {
     let weights: BTreeMap<String, HostTensor> = optim::export_params(model);
     let mut meta = std::collections::HashMap::new();
@@ -546,6 +572,7 @@ pub fn save_checkpoint(
         config_digest: config_digest(exp),
         vocab_size: vocab,
         loss_scale: loss_scale.cloned(),
+        first_loss,
     };
     checkpoint::commit_checkpoint(
         run_dir,

@@ -270,10 +270,14 @@ impl<'a> Trainer<'a> {
         let mut adam = Optimizer::new(&exp.optim);
         let mut start_step = 0;
         let mut loss_scale = (exp.train.precision == Precision::F16).then(LossScale::new);
+        let mut first_loss = None;
         if let Some((_, dir)) = &start.resume_from {
-            if let Some(ls) = run::read_state(dir)?.loss_scale {
+            let state = run::read_state(dir)?;
+            if let Some(ls) = state.loss_scale {
                 loss_scale = Some(ls);
             }
+            // the run's first loss, not the resumed segment's
+            first_loss = state.first_loss;
             let (restored, step) = run::restore(
                 exp,
                 start.previous_digest.as_deref(),
@@ -370,6 +374,7 @@ impl<'a> Trainer<'a> {
         ));
         let mut summary = TrainSummary::empty(run_dir.clone(), start_step);
         summary.total_steps = exp.train.steps;
+        summary.first_loss = first_loss;
         Ok(Self {
             exp,
             run_dir,
@@ -587,7 +592,8 @@ pub fn train(
         bail!("`{path}`: {m}");
     }
     // Memory first: a run that cannot fit is refused before anything is written or built.
-    let memory = crate::memory::preflight(exp, opts.skip_memory_check)?;
+    let trainable = crate::model::trainable_elements(exp)?;
+    let memory = crate::memory::preflight(exp, opts.skip_memory_check, trainable)?;
     // The run directory, locked for the whole of this function (`start.lock`).
     let start = run::start(exp, opts.resume)?;
     // A fresh start that fails before step 0 is recorded leaves nothing behind (and one killed
@@ -702,6 +708,7 @@ pub fn train(
                 done,
                 t.vocab,
                 t.loss_scale.as_ref(),
+                t.summary.first_loss,
             )?;
         }
         if stopping && !last {

@@ -54,11 +54,10 @@ pub struct AblateOptions {
     /// Matched-random control sets of a named set.
     pub controls: usize,
     pub seed: u64,
-    pub out: Option<PathBuf>,
-    pub tensorboard: bool,
+    pub dest: super::Destination,
 }
 
-/// The reference set as used (written into `ablate.json`).
+/// The reference set as used (written into the report).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct MeanReference {
     pub from: MeanFrom,
@@ -77,6 +76,14 @@ pub struct Named {
     pub control_sets: Vec<Vec<String>>,
     /// 100 · (#controls below + ½ #equal) / #controls.
     pub percentile: f64,
+    /// How many distinct matched-random sets exist (saturating at 2⁶⁴ − 1); the controls are
+    /// distinct sets (never one drawn twice).
+    #[serde(default)]
+    pub distinct_sets: u64,
+    /// Every distinct matched set is a control: the percentile is over the exact distribution
+    /// (when there are no more than `--controls` of them), not a sample.
+    #[serde(default)]
+    pub exact: bool,
     pub seed: u64,
     /// With `--task bb`: the same on the bigram targets.
     pub delta_bigram: Option<f64>,
@@ -114,8 +121,7 @@ pub struct Dormancy {
     /// `[layer][head]` α₁ and slot mass summed (the sink share).
     pub sink_share: Vec<Vec<f64>>,
     pub ahon_ln: Vec<Vec<f64>>,
-    /// Dormant: sink share ≥ `thresholds.dormant_sink_share` and AHON-LN ≤
-    /// `thresholds.low_output_ahon_ln`.
+    /// Dormant: [`Thresholds::dormant`] (the definition `sinklab heads` classifies by).
     pub thresholds: Thresholds,
     pub dormant: DormancyGroup,
     pub active: DormancyGroup,
@@ -124,7 +130,7 @@ pub struct Dormancy {
     pub spearman_sink_share_delta: Option<f64>,
 }
 
-/// What `sinklab ablate` found (`ablate.json`).
+/// What `sinklab ablate` found (its report, `ablate_….json`: [`super::names::ablate`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AblateReport {
     pub run_dir: PathBuf,
@@ -196,9 +202,11 @@ pub fn spearman(a: &[f64], b: &[f64]) -> f64 {
     cov / (va * vb).sqrt()
 }
 
-/// Run `sinklab ablate`: writes `ablate.json` and the Δ map (or the control chart).
+/// Run `sinklab ablate`: writes its report (`ablate_<task>_<units>_<kind>_<metric>.json`) and
+/// the Δ map (or the control chart) beside it.
 pub fn ablate(run: &OpenRun, o: &AblateOptions, log: &mut dyn FnMut(&str)) -> Result<AblateReport> {
     let clock = std::time::Instant::now();
+    let claim = o.dest.claim(run, super::names::ablate(o))?;
     let exp = &run.exp;
     let cfg = &exp.model;
     let is_prompts = matches!(o.task, Task::Prompts { .. });
@@ -335,8 +343,15 @@ pub fn ablate(run: &OpenRun, o: &AblateOptions, log: &mut dyn FnMut(&str)) -> Re
                     Unit::KvGroup { .. } => cfg.kv_heads(),
                 };
                 let controls = matched_random(units, per, o.controls, o.seed)?;
+                if controls.exact {
+                    log(&format!(
+                        "controls: {} distinct matched-random sets exist; all of them are used \
+                         (the exact distribution, not {} draws)",
+                        controls.distinct, o.controls
+                    ));
+                }
                 let mut sets = vec![units.clone()];
-                sets.extend(controls.iter().cloned());
+                sets.extend(controls.sets.iter().cloned());
                 let bar =
                     crate::progress::Progress::new(sets.len() as u64, "named set and controls");
                 let v = ablate_sets(&p, &ab, &sets, &mut |k| bar.inc(k as u64))?;
@@ -348,9 +363,12 @@ pub fn ablate(run: &OpenRun, o: &AblateOptions, log: &mut dyn FnMut(&str)) -> Re
                     percentile: percentile(deltas[0], &deltas[1..]),
                     controls: deltas[1..].to_vec(),
                     control_sets: controls
+                        .sets
                         .iter()
                         .map(|s| s.iter().map(Unit::label).collect())
                         .collect(),
+                    distinct_sets: controls.distinct,
+                    exact: controls.exact,
                     seed: o.seed,
                     delta_bigram: None,
                 };
@@ -403,7 +421,7 @@ pub fn ablate(run: &OpenRun, o: &AblateOptions, log: &mut dyn FnMut(&str)) -> Re
             let (mut dorm, mut act) = (Vec::new(), Vec::new());
             for l in 0..cfg.n_layers {
                 for h in 0..cfg.n_heads {
-                    if share[l][h] >= th.dormant_sink_share && ahon[l][h] <= th.low_output_ahon_ln {
+                    if th.dormant(share[l][h], ahon[l][h]) {
                         dorm.push(delta[l][h]);
                     } else {
                         act.push(delta[l][h]);
@@ -447,15 +465,17 @@ pub fn ablate(run: &OpenRun, o: &AblateOptions, log: &mut dyn FnMut(&str)) -> Re
         seconds: clock.elapsed().as_secs_f64(),
         files: Vec::new(),
     };
-    let mut out = Output::new(o.out.clone(), o.tensorboard, run)?;
+    let mut out = Output::new(claim, run)?;
     let what = describe(&report);
     if let Some(s) = &report.scan {
         let png = delta_map(s, &format!("Δ {what}"), report.groups)?;
-        out.png("ablate_delta.png", "ablate/delta_map", png)?;
+        let name = out.claim.figure("delta");
+        out.png(&name, "ablate/delta_map", png)?;
     }
     if let Some(s) = &report.scan_bigram {
         let png = delta_map(s, &format!("Δ bigram loss, {what}"), report.groups)?;
-        out.png("ablate_delta_bigram.png", "ablate/delta_bigram_map", png)?;
+        let name = out.claim.figure("delta_bigram");
+        out.png(&name, "ablate/delta_bigram_map", png)?;
     }
     if let Some(n) = &report.named {
         let mut vals = n.controls.clone();
@@ -478,11 +498,12 @@ pub fn ablate(run: &OpenRun, o: &AblateOptions, log: &mut dyn FnMut(&str)) -> Re
             err: None,
             highlight: &highlight,
         })?;
-        out.png("ablate_controls.png", "ablate/controls", png)?;
+        let name = out.claim.figure("controls");
+        out.png(&name, "ablate/controls", png)?;
     }
     report.files = out.files.clone();
-    report.files.push("ablate.json".into());
-    out.json("ablate.json", &report)?;
+    report.files.push(out.claim.report());
+    out.report(&report)?;
     Ok(report)
 }
 
@@ -523,6 +544,7 @@ pub fn delta_map(rows: &[Vec<f64>], title: &str, groups: bool) -> Result<Vec<u8>
         y_ticks: None,
         range: None,
         annotate: true,
+        colours: crate::plot::Colours::Diverging,
     })
 }
 

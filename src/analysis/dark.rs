@@ -61,8 +61,7 @@ pub struct DarkOptions {
     /// Probe sequences for Sink₁ under each filter.
     pub probe_sequences: usize,
     pub probe_len: usize,
-    pub out: Option<PathBuf>,
-    pub tensorboard: bool,
+    pub dest: super::Destination,
     pub seed: u64,
 }
 
@@ -162,6 +161,7 @@ pub struct WriteShares {
 
 /// Run `sinklab dark`: writes `dark.json` and the figures, returns the report.
 pub fn dark(run: &OpenRun, o: &DarkOptions, log: &mut dyn FnMut(&str)) -> Result<DarkReport> {
+    let claim = o.dest.claim(run, "dark")?;
     let exp = &run.exp;
     let model = &run.model;
     let n_layers = exp.model.n_layers;
@@ -203,7 +203,7 @@ pub fn dark(run: &OpenRun, o: &DarkOptions, log: &mut dyn FnMut(&str)) -> Result
         Bands::from_matrix(&e_t, d, v, n_bands)
     };
     let rand_bands = Bands::random(d, n_bands, o.seed);
-    let mut sink = Output::new(o.out.clone(), o.tensorboard, run)?;
+    let mut sink = Output::new(claim, run)?;
     // Band energy of the residual stream (every block input), first token vs the rest.
     let n_val = o.sequences.unwrap_or(exp.train.eval_sequences);
     let chunk = exp.train.micro_batch.max(1);
@@ -267,6 +267,7 @@ pub fn dark(run: &OpenRun, o: &DarkOptions, log: &mut dyn FnMut(&str)) -> Result
             y_ticks: None,
             range: Some((0.0, 1.0)),
             annotate: false,
+            colours: crate::plot::Colours::Sequential,
         })?;
         sink.png(
             name,

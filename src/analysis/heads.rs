@@ -45,8 +45,7 @@ pub struct HeadsOptions {
     pub seed: u64,
     pub measure: Measure,
     pub thresholds: Thresholds,
-    pub out: Option<PathBuf>,
-    pub tensorboard: bool,
+    pub dest: super::Destination,
 }
 
 /// One head's entry in a top list.
@@ -290,8 +289,14 @@ pub fn probe_title(p: &ProbeInfo) -> String {
     }
 }
 
-/// Run `sinklab heads`: writes `heads.json` and one heat map per score.
+/// The TensorBoard prefix of `sinklab heads --tensorboard`: its own, never the live scores'
+/// `heads/…` that training writes (the command's probe is not the run's).
+pub const TB_PREFIX: &str = "heads_analysis";
+
+/// Run `sinklab heads`: writes its report (`heads_<probe>.json`) and one heat map per score
+/// beside it.
 pub fn heads(run: &OpenRun, o: &HeadsOptions, log: &mut dyn FnMut(&str)) -> Result<HeadsReport> {
+    let claim = o.dest.claim(run, super::names::heads(o))?;
     let exp = &run.exp;
     let (probe, info) = probe_batch(run, o)?;
     let (n_layers, n_heads) = (exp.model.n_layers, exp.model.n_heads);
@@ -355,7 +360,7 @@ pub fn heads(run: &OpenRun, o: &HeadsOptions, log: &mut dyn FnMut(&str)) -> Resu
         trigger_copy: trigger_copies(run, o.sequences, exp.model.ctx)?,
         files: Vec::new(),
     };
-    let mut out = Output::new(o.out.clone(), o.tensorboard, run)?;
+    let mut out = Output::new(claim, run)?;
     let what = probe_title(&report.probe);
     let mut scalars = Vec::new();
     for s in Score::ALL {
@@ -366,7 +371,8 @@ pub fn heads(run: &OpenRun, o: &HeadsOptions, log: &mut dyn FnMut(&str)) -> Resu
             _ => what.as_str(),
         };
         let png = score_map(&rows, s, from)?;
-        out.png(&s.png(), &format!("heads/{}_map", s.name()), png)?;
+        let name = out.claim.figure(s.name());
+        out.png(&name, &format!("{TB_PREFIX}/{}_map", s.name()), png)?;
         for (l, r) in rows.iter().enumerate() {
             for (h, v) in r.iter().enumerate() {
                 scalars.push((s.tag(l, h), *v));
@@ -383,7 +389,8 @@ pub fn heads(run: &OpenRun, o: &HeadsOptions, log: &mut dyn FnMut(&str)) -> Resu
                 &format!("{} ({what})", s.title(*g)),
                 Some(TriggerCopy::RANGE),
             )?;
-            out.png(&s.png(), &format!("heads/{}_map", s.name()), png)?;
+            let name = out.claim.figure(&s.name());
+            out.png(&name, &format!("{TB_PREFIX}/{}_map", s.name()), png)?;
             for (l, r) in rows.iter().enumerate() {
                 for (h, v) in r.iter().enumerate() {
                     scalars.push((s.tag(l, h), *v));
@@ -391,14 +398,15 @@ pub fn heads(run: &OpenRun, o: &HeadsOptions, log: &mut dyn FnMut(&str)) -> Resu
             }
         }
     }
-    // Output::scalars prefixes its own namespace; the tags already carry `heads/`.
+    // the live scores' tags are `heads/<score>/layerLL_headHH`: the command writes the same
+    // names under its own prefix
     let unprefixed: Vec<(String, f64)> = scalars
         .into_iter()
         .map(|(k, v)| (k.trim_start_matches("heads/").to_string(), v))
         .collect();
-    out.scalars("heads", &unprefixed)?;
+    out.scalars(TB_PREFIX, &unprefixed)?;
     report.files = out.files.clone();
-    report.files.push("heads.json".into());
-    out.json("heads.json", &report)?;
+    report.files.push(out.claim.report());
+    out.report(&report)?;
     Ok(report)
 }

@@ -42,8 +42,7 @@ pub struct AnalyzeOptions {
     pub bar_std: f64,
     pub bar_min_queries: usize,
     pub bands: usize,
-    pub out: Option<PathBuf>,
-    pub tensorboard: bool,
+    pub dest: super::Destination,
     pub seed: u64,
     /// Natural probes from this text (consecutive windows of `len` tokens, at most
     /// `sequences`) instead of the validation split.
@@ -56,6 +55,7 @@ pub fn analyze(
     o: &AnalyzeOptions,
     log: &mut dyn FnMut(&str),
 ) -> Result<AnalysisReport> {
+    let claim = o.dest.claim(run, "analysis")?;
     let exp = &run.exp;
     let ctx = exp.model.ctx;
     if o.len < 2 || o.sequences == 0 {
@@ -107,7 +107,7 @@ pub fn analyze(
             bail!("--map {l}:{h}: the model has layers 0..{n_layers} and heads 0..{n_heads}");
         }
     }
-    let mut out = Output::new(o.out.clone(), o.tensorboard, run)?;
+    let mut out = Output::new(claim, run)?;
     let proxy = Proxy::for_normaliser(&exp.model.attention.normaliser);
     let metric = if proxy == Proxy::Weights {
         "Sink"
@@ -358,6 +358,7 @@ fn activations(natural: &Natural, out: &mut Output) -> Result<Vec<LayerActivatio
         y_ticks: None,
         range: None,
         annotate: false,
+        colours: crate::plot::Colours::Sequential,
     })?;
     out.png("norms_by_position.png", "analyze/norms_by_position", png)?;
     let h = &report.hidden;
@@ -688,6 +689,7 @@ fn maps_section(
             y_ticks: Some(&ticks),
             range: Some((0.0, 1.0)),
             annotate: false,
+            colours: crate::plot::Colours::Sequential,
         })?;
         out.png(&name, &format!("analyze/attention_l{l:02}_h{h:02}"), png)?;
         files.push(MapFile {

@@ -29,6 +29,7 @@ pub mod findings;
 pub mod geometry;
 pub mod heads;
 pub mod inspect;
+pub mod names;
 pub mod patch;
 pub mod probes;
 pub mod stream;
@@ -42,10 +43,76 @@ use anyhow::{Context, Result};
 use burn::tensor::Tensor;
 use std::path::PathBuf;
 
+/// Where an analysis writes (`--out`, `--tensorboard`, `--force` of every analysis command).
+#[derive(Debug, Clone, Default)]
+pub struct Destination {
+    /// The output directory (default `RUN/analysis/step_N/`).
+    pub out: Option<PathBuf>,
+    /// Also write to the run's TensorBoard, under the analysis's own prefix (`analyze/`,
+    /// `dark/`, `ablate/`, `patch/`, `heads_analysis/`, `stream/`), never a live training tag.
+    pub tensorboard: bool,
+    /// Replace the report of an earlier analysis of the same name.
+    pub force: bool,
+}
+
+impl Destination {
+    /// The directory an analysis of `run` writes into.
+    pub fn dir(&self, run: &OpenRun) -> PathBuf {
+        self.out.clone().unwrap_or_else(|| {
+            run.run_dir
+                .join("analysis")
+                .join(format!("step_{:08}", run.state.step))
+        })
+    }
+
+    /// Claims the name `stem` for an analysis before it computes anything: its report is
+    /// `<stem>.json` and its figures `<stem>_….png` (or, for the analyses with one report per
+    /// checkpoint, their fixed names). A report of that name already in the directory — an
+    /// earlier analysis — is never replaced without `force`: the refusal says so, before any
+    /// work is done.
+    pub fn claim(&self, run: &OpenRun, stem: impl Into<String>) -> Result<Claim> {
+        let stem = stem.into();
+        let dir = self.dir(run);
+        let report = dir.join(format!("{stem}.json"));
+        if report.exists() && !self.force {
+            anyhow::bail!(
+                "{} exists: an earlier analysis wrote it (the same command and settings, which \
+                 name the report); --force replaces it, --out DIR writes elsewhere",
+                report.display()
+            );
+        }
+        Ok(Claim {
+            dir,
+            stem,
+            tensorboard: self.tensorboard,
+        })
+    }
+}
+
+/// An analysis's claimed place ([`Destination::claim`]).
+#[derive(Debug, Clone)]
+pub struct Claim {
+    pub dir: PathBuf,
+    pub stem: String,
+    tensorboard: bool,
+}
+
+impl Claim {
+    /// `<stem>_<what>.png`.
+    pub fn figure(&self, what: &str) -> String {
+        format!("{}_{what}.png", self.stem)
+    }
+    /// `<stem>.json`.
+    pub fn report(&self) -> String {
+        format!("{}.json", self.stem)
+    }
+}
+
 /// Where an analysis writes: its PNG figures and JSON file, and optionally the run's
-/// TensorBoard (tags `analyze/...`, `dark/...`, `stream/...` at the checkpoint's step).
+/// TensorBoard (tags under the analysis's own prefix at the checkpoint's step).
 pub struct Output {
     pub dir: PathBuf,
+    pub claim: Claim,
     tb: Option<EventWriter>,
     step: i64,
     /// Files written so far, relative to `dir`.
@@ -53,27 +120,30 @@ pub struct Output {
 }
 
 impl Output {
-    /// `dir` (default `RUN/analysis/step_N/`) and, with `tb`, the run's TensorBoard at the
+    /// The claimed directory (created) and, when asked for, the run's TensorBoard at the
     /// checkpoint's step.
-    pub fn new(dir: Option<PathBuf>, tb: bool, run: &OpenRun) -> Result<Self> {
-        let dir = dir.unwrap_or_else(|| {
-            run.run_dir
-                .join("analysis")
-                .join(format!("step_{:08}", run.state.step))
-        });
+    pub fn new(claim: Claim, run: &OpenRun) -> Result<Self> {
+        let dir = claim.dir.clone();
         let (run_dir, step) = (&run.run_dir, run.state.step);
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        let tb = if tb {
+        let tb = if claim.tensorboard {
             Some(EventWriter::create(run_dir)?)
         } else {
             None
         };
         Ok(Self {
             dir,
+            claim,
             tb,
             step: step as i64,
             files: Vec::new(),
         })
+    }
+
+    /// The report, `<stem>.json`, written last.
+    pub fn report<T: serde::Serialize>(&mut self, value: &T) -> Result<()> {
+        let name = self.claim.report();
+        self.json(&name, value)
     }
 
     pub fn png(&mut self, name: &str, tag: &str, png: Vec<u8>) -> Result<()> {
@@ -100,7 +170,7 @@ impl Output {
 
     pub fn json<T: serde::Serialize>(&mut self, name: &str, value: &T) -> Result<()> {
         let path = self.dir.join(name);
-        std::fs::write(&path, serde_json::to_string_pretty(value)?)
+        crate::checkpoint::write_atomic(&path, serde_json::to_string_pretty(value)?.as_bytes())
             .with_context(|| format!("writing {}", path.display()))?;
         self.files.push(name.to_string());
         if let Some(tb) = &mut self.tb {

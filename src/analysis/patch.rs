@@ -68,8 +68,7 @@ pub struct PatchOptions {
     pub layers: Option<Vec<usize>>,
     pub add: Option<AddOptions>,
     pub seed: u64,
-    pub out: Option<PathBuf>,
-    pub tensorboard: bool,
+    pub dest: super::Destination,
 }
 
 /// Directional addition's result.
@@ -77,7 +76,7 @@ pub struct PatchOptions {
 pub struct Addition {
     #[serde(flatten)]
     pub options: AddOptions,
-    /// `direction.json` when the direction is the mean difference, else the file.
+    /// `<report stem>_direction.json` when the direction is the mean difference, else the file.
     pub direction: String,
     pub norm: f64,
     /// The corrupted prompts' metric at each scale, and normalised (1 = clean).
@@ -85,7 +84,7 @@ pub struct Addition {
     pub normalised: Vec<f64>,
 }
 
-/// What `sinklab patch` found (`patch.json`).
+/// What `sinklab patch` found (its report, `patch_….json`: [`super::names::patch`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PatchReport {
     pub run_dir: PathBuf,
@@ -126,6 +125,7 @@ impl<'de> serde::Deserialize<'de> for Site {
 /// Run `sinklab patch`.
 pub fn patch(run: &OpenRun, o: &PatchOptions, log: &mut dyn FnMut(&str)) -> Result<PatchReport> {
     let clock = std::time::Instant::now();
+    let claim = o.dest.claim(run, super::names::patch(o))?;
     let cfg = &run.exp.model;
     let mut pairs: PromptPairs = match &o.prompts {
         Prompts::Repeat { n, sequences } => repeat_pairs(run, *n, *sequences, o.seed)?,
@@ -160,6 +160,29 @@ pub fn patch(run: &OpenRun, o: &PatchOptions, log: &mut dyn FnMut(&str)) -> Resu
     {
         bail!("gate: the model has no output gate");
     }
+    let layers: Vec<usize> = o
+        .layers
+        .clone()
+        .unwrap_or_else(|| (0..cfg.n_layers).collect());
+    if let Some(&bad) = layers.iter().find(|&&l| l >= cfg.n_layers) {
+        bail!("--layers {bad}: the model has layers 0..{}", cfg.n_layers);
+    }
+    // --add's place, checked before the model runs (add_direction checks it again)
+    if let Some(a) = &o.add {
+        if a.layer >= cfg.n_layers {
+            bail!("--at {}: the model has layers 0..{}", a.layer, cfg.n_layers);
+        }
+        match a.site {
+            Site::Head(HeadSite::Pattern) => {
+                bail!("directions are added to vectors, not to the pattern")
+            }
+            Site::Head(HeadSite::Gate) => bail!("directions are added to vectors, not to the gate"),
+            Site::Head(_) if a.index.is_none() => {
+                bail!("a direction at {} needs a head (L:{}:H)", a.site, a.site)
+            }
+            _ => {}
+        }
+    }
     let mut sites = vec![o.site];
     if let Some(a) = &o.add {
         sites.push(a.site);
@@ -183,9 +206,12 @@ pub fn patch(run: &OpenRun, o: &PatchOptions, log: &mut dyn FnMut(&str)) -> Resu
         "{} of {len} tokens: metric {m_clean:.4} clean, {m_corr:.4} corrupted",
         crate::progress::count(count, "prompt pair", None)
     ));
-    if (m_clean - m_corr).abs() < 1e-6 {
+    if let Err(why) =
+        crate::intervene::patch::gap_beyond_noise(&clean.per_sequence(), &corrupt.per_sequence())
+    {
         bail!(
-            "the clean and corrupted prompts give the same metric ({m_clean}); nothing to normalise by"
+            "{why}; choose prompts whose answers differ between the clean and corrupted runs \
+             (a --prompts file, or more --sequences)"
         );
     }
     let (target, source) = match o.direction {
@@ -197,13 +223,6 @@ pub fn patch(run: &OpenRun, o: &PatchOptions, log: &mut dyn FnMut(&str)) -> Resu
         Site::Head(_) => cfg.n_heads,
         Site::Stream(_) => 1,
     };
-    let layers: Vec<usize> = o
-        .layers
-        .clone()
-        .unwrap_or_else(|| (0..cfg.n_layers).collect());
-    if let Some(&bad) = layers.iter().find(|&&l| l >= cfg.n_layers) {
-        bail!("--layers {bad}: the model has layers 0..{}", cfg.n_layers);
-    }
     let tokens = &pairs.clean.inputs[..len];
     let pos_labels: Vec<String> = (0..len)
         .map(|p| format!("{p} {}", token_label(&run.data, tokens[p])))
@@ -277,7 +296,7 @@ pub fn patch(run: &OpenRun, o: &PatchOptions, log: &mut dyn FnMut(&str)) -> Resu
         .chunks(cols)
         .map(|r| r.iter().map(|&v| normalise(v, m_corr, m_clean)).collect())
         .collect();
-    let mut out = Output::new(o.out.clone(), o.tensorboard, run)?;
+    let mut out = Output::new(claim, run)?;
     let addition = match &o.add {
         None => None,
         Some(a) => {
@@ -292,13 +311,14 @@ pub fn patch(run: &OpenRun, o: &PatchOptions, log: &mut dyn FnMut(&str)) -> Resu
                 }
                 None => {
                     let u = mean_difference(&clean, &corrupt, a.layer, a.site, a.index, None)?;
-                    let path = out.dir.join("direction.json");
+                    let name = format!("{}_direction.json", out.claim.stem);
+                    let path = out.dir.join(&name);
                     std::fs::write(&path, serde_json::to_string(&u)?)
                         .with_context(|| format!("writing {}", path.display()))?;
-                    out.files.push("direction.json".into());
+                    out.files.push(name.clone());
                     (
                         u,
-                        "direction.json (mean clean − corrupted at the last position)".into(),
+                        format!("{name} (mean clean − corrupted at the last position)"),
                     )
                 }
             };
@@ -354,8 +374,10 @@ pub fn patch(run: &OpenRun, o: &PatchOptions, log: &mut dyn FnMut(&str)) -> Resu
         y_ticks: Some(&row_labels),
         range: None,
         annotate: true,
+        colours: crate::plot::Colours::Diverging,
     })?;
-    out.png("patch.png", "patch/map", png)?;
+    let name = out.claim.figure("map");
+    out.png(&name, "patch/map", png)?;
     if let Some(a) = &addition {
         let series = vec![Series {
             name: format!("{} of layer {}", a.options.site, a.options.layer),
@@ -379,7 +401,8 @@ pub fn patch(run: &OpenRun, o: &PatchOptions, log: &mut dyn FnMut(&str)) -> Resu
             vlines: &[],
             markers: true,
         })?;
-        out.png("patch_addition.png", "patch/addition", png)?;
+        let name = out.claim.figure("addition");
+        out.png(&name, "patch/addition", png)?;
     }
     let mut report = PatchReport {
         run_dir: run.run_dir.clone(),
@@ -402,7 +425,7 @@ pub fn patch(run: &OpenRun, o: &PatchOptions, log: &mut dyn FnMut(&str)) -> Resu
         files: Vec::new(),
     };
     report.files = out.files.clone();
-    report.files.push("patch.json".into());
-    out.json("patch.json", &report)?;
+    report.files.push(out.claim.report());
+    out.report(&report)?;
     Ok(report)
 }

@@ -77,9 +77,8 @@ pub struct StreamOptions {
     pub text: Option<std::path::PathBuf>,
     /// Windows per forward of the re-computation reference.
     pub batch: usize,
-    pub out: Option<std::path::PathBuf>,
-    /// Also write the perplexities and the plot to the run's TensorBoard.
-    pub tensorboard: bool,
+    /// Where (`stream.json`, `stream_ppl.png`), and whether to the run's TensorBoard too.
+    pub dest: super::Destination,
 }
 
 /// The default cache budget L for a model with training context `ctx`: half the context, at
@@ -101,6 +100,7 @@ pub fn stream_eval(
     o: &StreamOptions,
     log: &mut dyn FnMut(&str),
 ) -> Result<StreamReport> {
+    let claim = o.dest.claim(run, "stream")?;
     let exp = &run.exp;
     let ctx = exp.model.ctx;
     let budget = o.sinks + o.window;
@@ -232,11 +232,7 @@ pub fn stream_eval(
         ));
     }
     bar.finish();
-    let dir = o.out.clone().unwrap_or_else(|| {
-        run.run_dir
-            .join("analysis")
-            .join(format!("step_{:08}", run.state.step))
-    });
+    let dir = claim.dir.clone();
     std::fs::create_dir_all(&dir)?;
     // Perplexity against position (StreamingLLM's figure): exp of the mean NLL over buckets of
     // positions.
@@ -274,7 +270,7 @@ pub fn stream_eval(
         markers: false,
     })?;
     crate::plot::save(&dir.join("stream_ppl.png"), &png)?;
-    if o.tensorboard {
+    if o.dest.tensorboard {
         let mut tb = crate::tensorboard::EventWriter::create(&run.run_dir)?;
         let step = run.state.step as i64;
         let tag = |r: &StreamRow| {
@@ -314,9 +310,9 @@ pub fn stream_eval(
         rows,
         dir: dir.clone(),
     };
-    std::fs::write(
-        dir.join("stream.json"),
-        serde_json::to_string_pretty(&value)?,
+    crate::checkpoint::write_atomic(
+        &dir.join(claim.report()),
+        serde_json::to_string_pretty(&value)?.as_bytes(),
     )?;
     Ok(value)
 }

@@ -19,9 +19,10 @@ pub struct Args {
     #[arg(long, default_value = "zero", value_parser = ["zero", "mean", "resample", "move-to-first"])]
     pub kind: String,
     /// `all` (every head on its own), `L:H,L:H` (a named set, ablated at once, against
-    /// matched-random sets), `kv L:G,…` (key/value groups) or `kv all`.
-    #[arg(long, default_value = "all")]
-    pub heads: String,
+    /// matched-random sets), `kv L:G,…` (key/value groups) or `kv all` (quoted or not:
+    /// `--heads kv 18:2` and `--heads "kv 18:2"` are the same).
+    #[arg(long, default_value = "all", num_args = 1..=2, value_names = ["SET", "UNITS"])]
+    pub heads: Vec<String>,
     /// loss (mean NLL at --positions), kl (KL(clean ‖ ablated) at --positions) or logit-diff
     /// (mean over prompts of logit(answer) − logit(wrong) at the last position, as sinklab
     /// patch reads it; needs --task prompts FILE). Δ = ablated − baseline: a head that matters
@@ -75,7 +76,14 @@ pub fn run(a: Args) -> Result<()> {
         "kl" => Metric::Kl,
         _ => Metric::LogitDiff,
     };
-    let units = parse_units(&a.heads)?;
+    if a.heads.len() == 2 && a.heads[0] != "kv" {
+        bail!(
+            "--heads {}: two values only as `kv UNITS` (e.g. --heads kv 18:2); one otherwise \
+             (the run directory comes before the options)",
+            a.heads.join(" ")
+        );
+    }
+    let units = parse_units(&a.heads.join(" "))?;
     if a.controls == 0 && matches!(units, crate::analysis::ablate::Units::Named { .. }) {
         bail!("--controls 0: a named set is compared with at least one matched-random set");
     }
@@ -151,19 +159,14 @@ pub fn run(a: Args) -> Result<()> {
         },
         controls: a.controls,
         seed: a.common.seed,
-        out: a.common.out,
-        tensorboard: a.common.tensorboard,
+        dest: a.common.destination(),
     };
     let r = ablate::ablate(&run, &o, &mut |m| eprintln!("{m}"))?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&r)?);
         return Ok(());
     }
-    let dir = o.out.clone().unwrap_or_else(|| {
-        run.run_dir
-            .join("analysis")
-            .join(format!("step_{:08}", run.state.step))
-    });
+    let dir = o.dest.dir(&run);
     print(&r, &dir);
     Ok(())
 }
@@ -277,16 +280,24 @@ fn print(r: &AblateReport, dir: &std::path::Path) {
         let mut c = n.controls.clone();
         c.sort_by(f64::total_cmp);
         println!(
-            "  {}: Δ {:+.4}{}; {}: median {:+.4}, max {:+.4}; percentile {:.0}",
+            "  {}: Δ {:+.4}{}; {} ({}): median {:+.4}, max {:+.4}; percentile {:.0}",
             n.units.join(" "),
             n.delta,
             n.delta_bigram
                 .map_or(String::new(), |b| format!(" (bigram {b:+.4})")),
             crate::progress::count(c.len(), "matched-random set", None),
+            if n.exact {
+                format!(
+                    "every distinct matched set: the exact distribution of {}",
+                    c.len()
+                )
+            } else {
+                format!("drawn without repeats from {} distinct", n.distinct_sets)
+            },
             crate::metrics::median(c.clone()),
             c.last().copied().expect("at least one control"),
             n.percentile
         );
     }
-    println!("results: {}", dir.display());
+    println!("results in {}: {}", dir.display(), r.files.join(", "));
 }

@@ -76,17 +76,12 @@ pub fn run(a: Args) -> Result<()> {
         bar_std: a.bar_std,
         bar_min_queries: a.bar_min_queries,
         bands: a.bands,
-        out: a.common.out,
-        tensorboard: a.common.tensorboard,
+        dest: a.common.destination(),
         seed: a.common.seed,
         text: a.text,
     };
     let report = inspect::analyze(&run, &o, &mut |m| eprintln!("{m}"))?;
-    let dir = o.out.clone().unwrap_or_else(|| {
-        run.run_dir
-            .join("analysis")
-            .join(format!("step_{:08}", run.state.step))
-    });
+    let dir = o.dest.dir(&run);
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

@@ -67,7 +67,8 @@ pub fn run(a: Args) -> Result<()> {
     // Training builds what `train` does (the estimate is a training run's); inference needs
     // a fraction of it and is not checked.
     if !a.forward && a.decode.is_none() {
-        let memory = crate::memory::preflight(&exp, a.skip_memory_check)?;
+        let trainable = crate::model::trainable_elements(&exp)?;
+        let memory = crate::memory::preflight(&exp, a.skip_memory_check, trainable)?;
         if !a.json {
             println!("{}", memory.line());
         }

@@ -24,6 +24,11 @@ pub fn run(a: Args) -> Result<()> {
     let mut failed = 0usize;
     for path in &a.experiments {
         let file = path.display();
+        if let Some(hint) = sweep_file(path) {
+            failed += 1;
+            eprintln!("{file}: {hint}");
+            continue;
+        }
         let exp = match a.overrides.load(path) {
             Ok(exp) => exp,
             Err(e) => {
@@ -41,7 +46,9 @@ pub fn run(a: Args) -> Result<()> {
         let memory = if a.schema_only {
             None
         } else {
-            match crate::memory::Check::of(&exp) {
+            match crate::model::trainable_elements(&exp)
+                .and_then(|t| crate::memory::Check::of(&exp, t))
+            {
                 Ok(m) => {
                     if m.fits() == Some(false) {
                         problems.push(("model".into(), m.refusal(&exp)));
@@ -130,4 +137,24 @@ fn preflight(exp: &crate::config::Experiment) -> Vec<(String, String)> {
         }
     }
     problems
+}
+
+/// A sweep file given to `check` (it has the sweep keys `axes` or `seeds` at the top): what to
+/// run instead. None for anything else (an experiment file, or one that does not parse: the
+/// loader reports it).
+fn sweep_file(path: &std::path::Path) -> Option<String> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let table: toml::Table = text.parse().ok()?;
+    let keys: Vec<&str> = ["axes", "seeds"]
+        .into_iter()
+        .filter(|k| table.contains_key(*k))
+        .collect();
+    (!keys.is_empty()).then(|| {
+        format!(
+            "a sweep file (it has `{}`), not an experiment: check every run it expands to with \
+             `sinklab sweep {} --dry-run`",
+            keys.join("`, `"),
+            path.display()
+        )
+    })
 }

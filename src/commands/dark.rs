@@ -65,16 +65,11 @@ pub fn run(a: Args) -> Result<()> {
         sequences: a.sequences,
         probe_sequences: a.probe_sequences,
         probe_len: a.probe_len,
-        out: a.common.out,
-        tensorboard: a.common.tensorboard,
+        dest: a.common.destination(),
         seed: a.common.seed,
     };
     let report = dark::dark(&run, &o, &mut |m| eprintln!("{m}"))?;
-    let dir = o.out.clone().unwrap_or_else(|| {
-        run.run_dir
-            .join("analysis")
-            .join(format!("step_{:08}", run.state.step))
-    });
+    let dir = o.dest.dir(&run);
     print(&report, &dir);
     Ok(())
 }

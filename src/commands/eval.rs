@@ -68,6 +68,8 @@ struct EvalJson<'a> {
     /// The loss on the unchanged text, when the training data changes tokens.
     val_loss_unchanged: Option<f64>,
     val_sequences: usize,
+    /// The dtype of the loss's matrix products (`--precision`).
+    precision: &'static str,
 }
 
 /// `eval --text FILE --json`. Fields in key order, as [`EvalJson`].
@@ -93,6 +95,8 @@ struct TextEvalJson<'a> {
     /// (unknown + byte-fallback tokens) / tokens.
     unrepresented_share: f64,
     windows: usize,
+    /// The dtype of the loss's matrix products (`--precision`).
+    precision: &'static str,
 }
 
 /// `--len` checked against the model's context.
@@ -162,12 +166,16 @@ pub fn run(a: Args) -> Result<()> {
             val_loss: loss,
             val_loss_unchanged: loss_unchanged,
             val_sequences: val_n,
+            precision: a.precision.name(),
         };
         println!("{}", serde_json::to_string(&out)?);
         return Ok(());
     }
     println!("run {} at step {}", run.run_dir.display(), run.state.step);
-    let on = format!("{val_n} × {val_len} tokens");
+    let on = format!(
+        "{val_n} × {val_len} tokens, products in {}",
+        a.precision.name()
+    );
     match loss_unchanged {
         None => println!("validation loss on {on}: {loss:.4} (ppl {:.2})", loss.exp()),
         Some(u) => println!(
@@ -268,6 +276,7 @@ fn eval_text(run: &OpenRun, file: &Path, a: &Args, len: Option<usize>) -> Result
             unknown_tokens: unrepresented.unknown,
             unrepresented_share: share,
             windows: batch.batch,
+            precision: a.precision.name(),
         };
         println!("{}", serde_json::to_string(&out)?);
     } else {
@@ -278,7 +287,7 @@ fn eval_text(run: &OpenRun, file: &Path, a: &Args, len: Option<usize>) -> Result
         };
         println!(
             "{}: {} ({} predicted, {windows} of {}{}; {} unknown, {} byte-fallback), mean NLL \
-             {nll:.4}, perplexity {:.3} ({secs:.2} s)",
+             {nll:.4}, perplexity {:.3}, products in {} ({secs:.2} s)",
             file.display(),
             count(ids.len(), "token", None),
             predicted as usize,
@@ -286,7 +295,8 @@ fn eval_text(run: &OpenRun, file: &Path, a: &Args, len: Option<usize>) -> Result
             if exp.data.bos { ", BOS first" } else { "" },
             unrepresented.unknown,
             unrepresented.byte_fallback,
-            nll.exp()
+            nll.exp(),
+            a.precision.name()
         );
     }
     Ok(())

@@ -15,8 +15,9 @@ pub struct Args {
     pub common: AnalysisArgs,
     /// The probe: `repeat` ([first, R, R] with R = --n distinct random tokens, repeated
     /// --reps times), `natural` (validation windows or --text) or `random` (random tokens).
-    #[arg(long, default_value = "repeat", value_parser = ["repeat", "natural", "random"])]
-    pub probe: String,
+    /// Default: `natural` with --text, else `repeat`.
+    #[arg(long, value_parser = ["repeat", "natural", "random"])]
+    pub probe: Option<String>,
     /// Distinct tokens of the repeated segment R.
     #[arg(long, default_value_t = 50)]
     pub n: usize,
@@ -29,7 +30,7 @@ pub struct Args {
     /// Tokens per sequence of the natural and random probes (default: min(model.ctx, 128)).
     #[arg(long)]
     pub len: Option<usize>,
-    /// Natural probes from this text file's consecutive windows.
+    /// Natural probes from this text file's consecutive windows (implies --probe natural).
     #[arg(long, value_name = "FILE")]
     pub text: Option<PathBuf>,
     /// How the previous / duplicate / induction scores are measured: `primary` (the share of
@@ -60,12 +61,19 @@ pub fn run(a: Args) -> Result<()> {
             exclude_first: ex == Some("first"),
         },
     };
-    if a.text.is_some() && a.probe != "natural" {
-        bail!("--text gives natural probes: add --probe natural");
-    }
+    let probe_name = match (a.probe.as_deref(), &a.text) {
+        (None, Some(_)) => "natural",
+        (None, None) => "repeat",
+        (Some("natural"), _) => "natural",
+        (Some(p), Some(_)) => bail!(
+            "--text gives natural probes (the windows of the file); --probe {p} draws its own \
+             tokens: drop one of the two"
+        ),
+        (Some(p), None) => p,
+    };
     let run = a.common.device.open(&a.checkpoint)?;
     let len = a.len.unwrap_or(run.exp.model.ctx.min(128));
-    let probe = match a.probe.as_str() {
+    let probe = match probe_name {
         "repeat" => {
             if a.len.is_some() {
                 bail!(
@@ -86,19 +94,14 @@ pub fn run(a: Args) -> Result<()> {
         seed: a.common.seed,
         measure,
         thresholds: Thresholds::default(),
-        out: a.common.out,
-        tensorboard: a.common.tensorboard,
+        dest: a.common.destination(),
     };
     let report = heads::heads(&run, &o, &mut |m| eprintln!("{m}"))?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(());
     }
-    let dir = o.out.clone().unwrap_or_else(|| {
-        run.run_dir
-            .join("analysis")
-            .join(format!("step_{:08}", run.state.step))
-    });
+    let dir = o.dest.dir(&run);
     print(&report, &dir);
     Ok(())
 }
@@ -164,5 +167,5 @@ fn print(r: &HeadsReport, dir: &std::path::Path) {
         .map(|(c, n)| format!("{c} {n}"))
         .collect();
     println!("  classes: {}", counts.join(", "));
-    println!("results: {}", dir.display());
+    println!("results in {}: {}", dir.display(), r.files.join(", "));
 }

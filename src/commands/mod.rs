@@ -201,12 +201,28 @@ pub struct AnalysisArgs {
     /// Output directory (default RUN/analysis/step_N/).
     #[arg(long)]
     pub out: Option<PathBuf>,
-    /// Also write scalars and plots to the run's TensorBoard (at the checkpoint's step).
+    /// Also write scalars and plots to the run's TensorBoard (at the checkpoint's step), under
+    /// the command's own prefix.
     #[arg(long)]
     pub tensorboard: bool,
+    /// Replace the report of an earlier analysis of the same name (without it, an existing
+    /// report stops the command before it computes anything).
+    #[arg(long)]
+    pub force: bool,
     /// Seed of the random probes / random basis.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
     #[command(flatten)]
     pub device: RunDevice,
+}
+
+impl AnalysisArgs {
+    /// Where the analysis writes.
+    pub fn destination(&self) -> crate::analysis::Destination {
+        crate::analysis::Destination {
+            out: self.out.clone(),
+            tensorboard: self.tensorboard,
+            force: self.force,
+        }
+    }
 }

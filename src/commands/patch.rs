@@ -115,19 +115,14 @@ pub fn run(a: Args) -> Result<()> {
         layers: (!a.layers.is_empty()).then_some(a.layers),
         add,
         seed: a.common.seed,
-        out: a.common.out,
-        tensorboard: a.common.tensorboard,
+        dest: a.common.destination(),
     };
     let r = patch::patch(&run, &o, &mut |m| eprintln!("{m}"))?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&r)?);
         return Ok(());
     }
-    let dir = o.out.clone().unwrap_or_else(|| {
-        run.run_dir
-            .join("analysis")
-            .join(format!("step_{:08}", run.state.step))
-    });
+    let dir = o.dest.dir(&run);
     print(&r, &dir);
     Ok(())
 }
@@ -145,7 +140,16 @@ fn print(r: &PatchReport, dir: &std::path::Path) {
     let mut cells: Vec<(f64, String)> = Vec::new();
     for (i, row) in r.normalised.iter().enumerate() {
         for (j, &v) in row.iter().enumerate() {
-            cells.push((v, format!("{} × {}", r.row_labels[i], r.column_labels[j])));
+            // one spelling of a head everywhere: `L.H` (crate::heads::head_label)
+            let (row, col) = (&r.row_labels[i], &r.column_labels[j]);
+            cells.push((
+                v,
+                match r.by {
+                    By::Head => format!("{row}.{col}"),
+                    By::HeadPosition => format!("{row} at {col}"),
+                    By::LayerPosition => format!("layer {row} at {col}"),
+                },
+            ));
         }
     }
     cells.sort_by(|a, b| b.0.abs().total_cmp(&a.0.abs()));
@@ -154,10 +158,7 @@ fn print(r: &PatchReport, dir: &std::path::Path) {
         .take(8)
         .map(|(v, l)| format!("{l}: {v:+.3}"))
         .collect();
-    println!(
-        "  largest normalised effects (row × column): {}",
-        top.join("; ")
-    );
+    println!("  largest normalised effects: {}", top.join("; "));
     if let Some(a) = &r.addition {
         let pts: Vec<String> = a
             .options
@@ -175,5 +176,5 @@ fn print(r: &PatchReport, dir: &std::path::Path) {
             pts.join(", ")
         );
     }
-    println!("results: {}", dir.display());
+    println!("results in {}: {}", dir.display(), r.files.join(", "));
 }

@@ -11,12 +11,14 @@ pub struct Args {
     /// directory: its curves as PNG charts in RUN/plots/ (Sink₁ at every ε, per-head attention
     /// to token 1, losses, value drain and massive-activation ratio) and a table at a few steps.
     pub dir: PathBuf,
-    /// ε of the Sink1 reported (must be one of the runs' metrics.eps).
-    #[arg(long, default_value_t = HEADLINE_EPS)]
-    pub eps: f64,
-    /// Emergence: the first probe step at which Sink1 exceeds this percentage.
-    #[arg(long, default_value_t = 5.0)]
-    pub threshold: f64,
+    /// A sweep's report: ε of the Sink1 reported (must be one of the runs' metrics.eps;
+    /// default 0.3). A run's report draws Sink₁ at every ε and takes no --eps.
+    #[arg(long)]
+    pub eps: Option<f64>,
+    /// A sweep's report: emergence is the first probe step at which Sink1 exceeds this
+    /// percentage (default 5).
+    #[arg(long)]
+    pub threshold: Option<f64>,
     /// Write the report and plots into DIR instead of the run or sweep directory, which is
     /// then only read (so it works while the run trains or the sweep runs).
     #[arg(long, value_name = "DIR")]
@@ -38,6 +40,18 @@ pub fn run(a: Args) -> Result<()> {
         _ => None,
     };
     if !a.dir.join("sweep.json").exists() && a.dir.join("metrics.jsonl").exists() {
+        for (flag, given) in [
+            ("--eps", a.eps.is_some()),
+            ("--threshold", a.threshold.is_some()),
+        ] {
+            if given {
+                anyhow::bail!(
+                    "{flag} applies to a sweep's report; {} is a run, whose report draws Sink₁ \
+                     at every ε the run measured (its plots/sink1.png) and marks no emergence",
+                    a.dir.display()
+                );
+            }
+        }
         let out = a.out.clone().unwrap_or_else(|| a.dir.join("plots"));
         let md = report::run_curves(&a.dir, &out)?;
         println!("{md}");
@@ -45,7 +59,12 @@ pub fn run(a: Args) -> Result<()> {
         return Ok(());
     }
     let out = a.out.clone().unwrap_or_else(|| a.dir.clone());
-    let md = report::report(&a.dir, &out, a.eps, a.threshold)?;
+    let md = report::report(
+        &a.dir,
+        &out,
+        a.eps.unwrap_or(HEADLINE_EPS),
+        a.threshold.unwrap_or(5.0),
+    )?;
     println!("{md}");
     println!(
         "wrote {}/report.md, report.csv, report.json and plots",

@@ -43,6 +43,10 @@ pub struct Args {
     /// Also write the perplexities and the plot to the run's TensorBoard.
     #[arg(long)]
     pub tensorboard: bool,
+    /// Replace an earlier stream.json (without it, an existing one stops the command before it
+    /// computes anything).
+    #[arg(long)]
+    pub force: bool,
     #[command(flatten)]
     pub device: RunDevice,
 }
@@ -60,8 +64,11 @@ pub fn run(a: Args) -> Result<()> {
         recompute: !a.no_recompute,
         text: a.text,
         batch: a.batch,
-        out: a.out,
-        tensorboard: a.tensorboard,
+        dest: crate::analysis::Destination {
+            out: a.out,
+            tensorboard: a.tensorboard,
+            force: a.force,
+        },
     };
     print(&stream::stream_eval(&run, &o, &mut |m| eprintln!("{m}"))?);
     Ok(())

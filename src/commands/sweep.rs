@@ -260,7 +260,12 @@ fn memory_fits_together(exps: &[&Experiment], jobs: usize) -> Result<()> {
             let threads = sweep::threads_per_run(j);
             let mut est = Vec::new();
             for e in exps.iter().filter(|e| e.run.device == kind) {
-                let c = memory::Check::with(e, threads, available.clone())?;
+                let c = memory::Check::with(
+                    e,
+                    threads,
+                    available.clone(),
+                    crate::model::trainable_elements(e)?,
+                )?;
                 if c.fits() == Some(false) {
                     bail!("run {}: {}", e.run.name, c.refusal(e));
                 }

@@ -270,7 +270,7 @@ pub fn trigger_copy_score(
 
 /// The per-trigger copy score of trigger `i` as a named score (the one place its names are
 /// built): JSON key and top-list key `copy_trigger{i}`, metric tag
-/// `heads/copy_trigger{i}/layer{ll}_head{hh}`, heat map `heads_copy_trigger{i}.png` (the
+/// `heads/copy_trigger{i}/layer{ll}_head{hh}`, heat map `heads_<probe>_copy_trigger{i}.png` (the
 /// training probe's `bb/attn_first_trigger{i}/…` names the same queries).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TriggerCopy(pub usize);
@@ -290,10 +290,6 @@ impl TriggerCopy {
 
     pub fn tag(self, l: usize, h: usize) -> String {
         format!("heads/{}/{}", self.name(), head_key(l, h))
-    }
-
-    pub fn png(self) -> String {
-        format!("heads_{}.png", self.name())
     }
 }
 
@@ -459,11 +455,6 @@ impl Score {
     pub fn tag(self, l: usize, h: usize) -> String {
         format!("heads/{}/{}", self.name(), head_key(l, h))
     }
-
-    /// The heat map's file name, `heads_{name}.png`.
-    pub fn png(self) -> String {
-        format!("heads_{}.png", self.name())
-    }
 }
 
 /// The live metrics of a training probe: every [`Score::LIVE`] score of every (layer, head)
@@ -511,12 +502,23 @@ pub enum Class {
 pub struct Thresholds {
     /// A pattern class needs its score at least this (the highest of the three wins).
     pub pattern: f64,
-    /// Dormant: sink share α₁ + slot mass at least this.
+    /// Dormant ([`Thresholds::dormant`]): sink share α₁ + slot mass at least this (and
+    /// AHON-LN at most `low_output_ahon_ln`).
     pub dormant_sink_share: f64,
     /// Copy suppression: OV copying score at most this.
     pub copy_suppression: f64,
     /// Low output: AHON-LN at most this.
     pub low_output_ahon_ln: f64,
+}
+
+impl Thresholds {
+    /// Dormant, the one definition `sinklab heads` and `sinklab ablate` use (Guo et al.'s
+    /// active-dormant heads): the head parks its rows on the sink — sink share (α₁ plus slot
+    /// mass) at least `dormant_sink_share` — and writes little — AHON-LN at most
+    /// `low_output_ahon_ln`. A head that parks on the sink but still writes is not dormant.
+    pub fn dormant(&self, sink_share: f64, ahon_ln: f64) -> bool {
+        sink_share >= self.dormant_sink_share && ahon_ln <= self.low_output_ahon_ln
+    }
 }
 
 impl Default for Thresholds {
@@ -531,9 +533,9 @@ impl Default for Thresholds {
 }
 
 /// A head's class, in this order: the best of previous / duplicate / induction if it reaches
-/// `pattern`; dormant if the sink share reaches its threshold; copy suppression if the copying
-/// score (when known) is at most its threshold; low output if AHON-LN is at most its
-/// threshold; otherwise other.
+/// `pattern`; dormant ([`Thresholds::dormant`]); copy suppression if the copying score (when
+/// known) is at most its threshold; low output if AHON-LN is at most its threshold; otherwise
+/// other.
 pub fn classify(l: &LayerHeads, h: usize, copy: Option<f64>, th: &Thresholds) -> Class {
     let best = [
         (Class::Previous, l.previous[h]),
@@ -546,7 +548,7 @@ pub fn classify(l: &LayerHeads, h: usize, copy: Option<f64>, th: &Thresholds) ->
     if let Some((c, _)) = best {
         return c;
     }
-    if l.alpha1[h] + l.slot_mass[h] >= th.dormant_sink_share {
+    if th.dormant(l.alpha1[h] + l.slot_mass[h], l.ahon_ln[h]) {
         return Class::Dormant;
     }
     if copy.is_some_and(|c| c <= th.copy_suppression) {

@@ -418,6 +418,7 @@ fn import_locked(
             imp.source["path"].as_str().unwrap_or("").to_string(),
         );
         let state = CheckpointState {
+            first_loss: None,
             step: 0,
             adam_t: 0,
             seed: exp.run.seed,

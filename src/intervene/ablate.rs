@@ -252,45 +252,130 @@ pub fn scan(
     Ok(out)
 }
 
-/// `seeds` random sets matched to `named`: as many units from each layer as `named` has there,
-/// drawn without replacement from that layer's other units (`per_layer` of them in a layer).
+/// The matched-random control sets of a named set ([`matched_random`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Controls {
+    /// Distinct sets, each as many units from each layer as the named set has there.
+    pub sets: Vec<Vec<Unit>>,
+    /// How many distinct matched sets exist (saturating at `u64::MAX`).
+    pub distinct: u64,
+    /// Every distinct set is among `sets`: the percentile is read off the exact
+    /// distribution rather than a sample.
+    pub exact: bool,
+}
+
+/// Up to `wanted` random sets matched to `named`: as many units from each layer as `named`
+/// has there, drawn from that layer's other units (`per_layer` of them in a layer), no unit
+/// twice in a set and no set twice. When at most `wanted` distinct matched sets exist, all of
+/// them are returned, in a fixed order (the exact distribution); otherwise `wanted` distinct
+/// ones drawn with a seeded generator.
 pub fn matched_random(
     named: &[Unit],
     per_layer: usize,
-    seeds: usize,
+    wanted: usize,
     seed: u64,
-) -> Result<Vec<Vec<Unit>>> {
+) -> Result<Controls> {
     let mut by_layer: BTreeMap<usize, Vec<Unit>> = BTreeMap::new();
     for u in named {
         by_layer.entry(u.layer()).or_default().push(*u);
     }
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
-    let mut out = Vec::with_capacity(seeds);
-    for _ in 0..seeds {
-        let mut set = Vec::with_capacity(named.len());
-        for (&layer, units) in &by_layer {
-            let make = |i: usize| match units[0] {
-                Unit::Head { .. } => Unit::Head { layer, head: i },
-                Unit::KvGroup { .. } => Unit::KvGroup { layer, group: i },
-            };
-            let mut pool: Vec<Unit> = (0..per_layer)
-                .map(make)
-                .filter(|u| !units.contains(u))
-                .collect();
-            if pool.len() < units.len() {
-                bail!(
-                    "no matched-random control: layer {layer} has only {} other {} for the {} named there",
-                    pool.len(),
-                    if pool.len() == 1 { "unit" } else { "units" },
-                    units.len()
-                );
-            }
-            pool.shuffle(&mut rng);
-            set.extend(pool.into_iter().take(units.len()));
+    // each layer's pool of other units and how many to take from it
+    let mut layers: Vec<(Vec<Unit>, usize)> = Vec::with_capacity(by_layer.len());
+    for (&layer, units) in &by_layer {
+        let make = |i: usize| match units[0] {
+            Unit::Head { .. } => Unit::Head { layer, head: i },
+            Unit::KvGroup { .. } => Unit::KvGroup { layer, group: i },
+        };
+        let pool: Vec<Unit> = (0..per_layer)
+            .map(make)
+            .filter(|u| !units.contains(u))
+            .collect();
+        if pool.len() < units.len() {
+            bail!(
+                "no matched-random control: layer {layer} has only {} other {} for the {} named there",
+                pool.len(),
+                if pool.len() == 1 { "unit" } else { "units" },
+                units.len()
+            );
         }
-        out.push(set);
+        layers.push((pool, units.len()));
     }
-    Ok(out)
+    let distinct = layers.iter().fold(1u64, |acc, (pool, k)| {
+        acc.saturating_mul(choose(pool.len(), *k))
+    });
+    if distinct <= wanted as u64 {
+        // every distinct set: the product of each layer's combinations
+        let mut sets: Vec<Vec<Unit>> = vec![Vec::new()];
+        for (pool, k) in &layers {
+            let combos = combinations(pool, *k);
+            sets = sets
+                .into_iter()
+                .flat_map(|s| {
+                    combos.iter().map(move |c| {
+                        let mut s = s.clone();
+                        s.extend(c.iter().copied());
+                        s
+                    })
+                })
+                .collect();
+        }
+        return Ok(Controls {
+            sets,
+            distinct,
+            exact: true,
+        });
+    }
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let mut seen = std::collections::BTreeSet::new();
+    let mut sets = Vec::with_capacity(wanted);
+    while sets.len() < wanted {
+        let mut set = Vec::with_capacity(named.len());
+        for (pool, k) in &layers {
+            let mut pool = pool.clone();
+            pool.shuffle(&mut rng);
+            let mut take: Vec<Unit> = pool.into_iter().take(*k).collect();
+            take.sort();
+            set.extend(take);
+        }
+        if seen.insert(set.clone()) {
+            sets.push(set);
+        }
+    }
+    Ok(Controls {
+        sets,
+        distinct,
+        exact: false,
+    })
+}
+
+/// `n` choose `k` (saturating).
+fn choose(n: usize, k: usize) -> u64 {
+    let k = k.min(n - k.min(n));
+    (0..k).fold(1u64, |acc, i| {
+        // acc · (n − i) / (i + 1) is an integer at every step
+        let num = (acc as u128) * (n - i) as u128 / (i + 1) as u128;
+        u64::try_from(num).unwrap_or(u64::MAX)
+    })
+}
+
+/// Every `k`-subset of `pool`, in lexicographic order of positions.
+fn combinations(pool: &[Unit], k: usize) -> Vec<Vec<Unit>> {
+    let mut out = Vec::new();
+    let mut idx: Vec<usize> = (0..k).collect();
+    if k > pool.len() {
+        return out;
+    }
+    loop {
+        out.push(idx.iter().map(|&i| pool[i]).collect());
+        // the rightmost index that can still move
+        let Some(i) = (0..k).rev().find(|&i| idx[i] < pool.len() - k + i) else {
+            return out;
+        };
+        idx[i] += 1;
+        for j in i + 1..k {
+            idx[j] = idx[j - 1] + 1;
+        }
+    }
 }
 
 /// The named value's percentile among the controls: 100 · (#below + ½ #equal) / #controls.
@@ -311,23 +396,37 @@ mod tests {
             Unit::Head { layer: 1, head: 5 },
             Unit::Head { layer: 4, head: 0 },
         ];
-        let sets = matched_random(&named, 6, 50, 3).unwrap();
-        assert_eq!(sets.len(), 50);
+        // C(4, 2) · C(5, 1) = 30 distinct sets: 20 of them drawn, each once
+        let c = matched_random(&named, 6, 20, 3).unwrap();
+        assert_eq!((c.sets.len(), c.distinct, c.exact), (20, 30, false));
         let mut seen = std::collections::BTreeSet::new();
-        for s in &sets {
+        let mut heads = std::collections::BTreeSet::new();
+        for s in &c.sets {
             assert_eq!(s.iter().filter(|u| u.layer() == 1).count(), 2);
             assert_eq!(s.iter().filter(|u| u.layer() == 4).count(), 1);
             assert!(s.iter().all(|u| !named.contains(u)));
             let distinct: std::collections::BTreeSet<_> = s.iter().collect();
             assert_eq!(distinct.len(), 3);
-            seen.extend(s.iter().copied());
+            assert!(seen.insert(s.clone()), "a set drawn twice: {s:?}");
+            heads.extend(s.iter().copied());
         }
         assert_eq!(
-            seen.len(),
+            heads.len(),
             4 + 5,
             "every other head of layers 1 and 4 gets drawn"
         );
-        assert_eq!(sets, matched_random(&named, 6, 50, 3).unwrap());
+        assert_eq!(c, matched_random(&named, 6, 20, 3).unwrap());
+        // 50 wanted, 30 exist: all 30, the exact distribution
+        let all = matched_random(&named, 6, 50, 3).unwrap();
+        assert_eq!((all.sets.len(), all.distinct, all.exact), (30, 30, true));
+        let unique: std::collections::BTreeSet<_> = all.sets.iter().collect();
+        assert_eq!(unique.len(), 30);
+        // the case: one head of a 4-head layer has 3 matched sets, not 20 draws of them
+        let one = matched_random(&[Unit::Head { layer: 0, head: 1 }], 4, 20, 0).unwrap();
+        assert_eq!((one.sets.len(), one.distinct, one.exact), (3, 3, true));
+        assert_eq!(choose(9, 3), 84);
+        assert_eq!(choose(5, 0), 1);
+        assert_eq!(choose(200, 100), u64::MAX, "saturates");
         let full = [
             Unit::Head { layer: 1, head: 0 },
             Unit::Head { layer: 1, head: 1 },

@@ -219,6 +219,11 @@ impl<'a> Prepared<'a> {
         aggregate(&self.rows)
     }
 
+    /// Each sequence's metric (its weighted sum over its weight).
+    pub fn per_sequence(&self) -> Vec<f64> {
+        self.rows.iter().map(|(x, w)| x / w).collect()
+    }
+
     /// Real-token rows of a stream (the model's sink tokens dropped).
     fn real(&self, h: Tensor<3>) -> Tensor<3> {
         let n = self.model.cfg.sink_tokens;

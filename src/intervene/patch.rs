@@ -163,6 +163,37 @@ pub fn patch_each(
     Ok(out)
 }
 
+/// Whether the clean and corrupted prompts' metrics differ by more than noise, so that the
+/// normalised metric below — which divides by that difference — means something. The rule:
+/// with d_i the clean − corrupted metric of pair i, the mean gap must be at least 2 standard
+/// errors of the d_i (their standard deviation / √n; with one pair, no error is known) and at
+/// least 1e-3 · max(1, |clean|, |corrupted|). `Err` says by how much it falls short.
+pub fn gap_beyond_noise(clean: &[f64], corrupt: &[f64]) -> Result<(), String> {
+    let n = clean.len().min(corrupt.len());
+    if n == 0 {
+        return Err("no prompt pairs".into());
+    }
+    let d: Vec<f64> = clean.iter().zip(corrupt).map(|(c, k)| c - k).collect();
+    let gap = d.iter().sum::<f64>() / n as f64;
+    let se = if n > 1 {
+        let var = d.iter().map(|x| (x - gap).powi(2)).sum::<f64>() / (n - 1) as f64;
+        (var / n as f64).sqrt()
+    } else {
+        0.0
+    };
+    let scale = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    let floor = 1e-3 * 1f64.max(scale(clean).abs()).max(scale(corrupt).abs());
+    if gap.abs() >= 2.0 * se && gap.abs() >= floor {
+        return Ok(());
+    }
+    Err(format!(
+        "the clean and corrupted prompts' metrics differ by {gap:+.4} (standard error {se:.4} \
+         over {n} pairs): within noise (a normalised effect needs the gap to be at least 2 \
+         standard errors and at least {floor:.1e}), so every effect normalised by it would be \
+         noise divided by noise"
+    ))
+}
+
 /// The normalised metric `(m − m_target) / (m_source − m_target)` (the normalised logit
 /// difference when denoising: 1 at clean, 0 at corrupt).
 pub fn normalise(m: f64, target: f64, source: f64) -> f64 {
@@ -297,4 +328,27 @@ pub fn mean_difference(
 /// Sites whose patches need the source to record them (resid_pre always is).
 pub fn needs(site: Site) -> Option<Site> {
     (site != Site::Stream(StreamSite::ResidPre)).then_some(site)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The quickstart's built-in pairs gave a gap of 0.0004 and a head "+1.000 restored": a gap
+    /// inside its own noise is refused; a clear one passes; one pair needs only the floor.
+    #[test]
+    fn a_gap_within_noise_is_refused() {
+        let clean = [3.10, 3.05, 2.98, 3.02];
+        let noisy = [3.11, 2.98, 3.07, 2.99]; // mean gap 0.0, spread ±0.05
+        let e = gap_beyond_noise(&clean, &noisy).unwrap_err();
+        assert!(e.contains("within noise"), "{e}");
+        let tiny = [3.1000, 3.0500, 2.9800, 3.0200];
+        let near = [3.0996, 3.0496, 2.9796, 3.0196]; // every pair 0.0004 apart: below the floor
+        assert!(gap_beyond_noise(&tiny, &near).is_err());
+        let corrupt = [-3.4, -3.6, -3.5, -3.3];
+        assert!(gap_beyond_noise(&clean, &corrupt).is_ok());
+        assert!(gap_beyond_noise(&[1.0], &[0.5]).is_ok());
+        assert!(gap_beyond_noise(&[1.0], &[0.9995]).is_err());
+        assert!(gap_beyond_noise(&[], &[]).is_err());
+    }
 }

@@ -437,11 +437,19 @@ pub fn workers(exp: &Experiment, threads: usize) -> usize {
     }
 }
 
-/// The peak memory of training `exp` with `vocab` tokens and `workers` micro-batches in flight.
-pub fn estimate(exp: &Experiment, vocab: usize, workers: usize) -> Estimate {
+/// The peak memory of training `exp` with `vocab` tokens and `workers` micro-batches in
+/// flight; `trainable` the parameter elements `train.trainable` leaves trainable (None: every
+/// parameter the model trains): optimizer state and gradients are counted for those only.
+pub fn estimate(
+    exp: &Experiment,
+    vocab: usize,
+    workers: usize,
+    trainable: Option<u64>,
+) -> Estimate {
     let m = &exp.model;
     let params = param_count(m, vocab);
-    let (p, pc) = (params.trainable, params.constant);
+    let (all, pc) = (params.trainable, params.constant);
+    let p = trainable.map_or(all, |t| t.min(all));
     let k = match exp.optim.algorithm {
         Algorithm::Adamw {} => 2,
         Algorithm::Sgd { momentum } => u64::from(momentum != 0.0),
@@ -462,7 +470,7 @@ pub fn estimate(exp: &Experiment, vocab: usize, workers: usize) -> Estimate {
     let a_steps = u(exp.accumulation().max(1));
     let w = u(workers.max(1));
 
-    let weights = F32 * (p + pc);
+    let weights = F32 * (all + pc);
     let optimizer = F32 * k * p;
     let gradients = F32 * a_steps * p;
     let matrix = b * h * s * c; // one (B, H, S, C) attention matrix

@@ -41,23 +41,33 @@ pub struct Check {
     pub available: Available,
     /// CPU threads the workers were sized from (rayon's pool).
     pub threads: usize,
+    /// Parameter elements trained under `train.trainable` (None: all).
+    pub trainable: Option<u64>,
 }
 
 impl Check {
-    /// `exp` on this machine: rayon's threads, the device's memory now.
-    pub fn of(exp: &Experiment) -> Result<Self> {
+    /// `exp` on this machine: rayon's threads, the device's memory now; `trainable` the
+    /// parameter elements `train.trainable` leaves trainable (`crate::model::trainable_elements`;
+    /// None: every one).
+    pub fn of(exp: &Experiment, trainable: Option<u64>) -> Result<Self> {
         let threads = rayon::current_num_threads();
-        Self::with(exp, threads, device_memory(exp.run.device))
+        Self::with(exp, threads, device_memory(exp.run.device), trainable)
     }
 
     /// `exp` with `threads` CPU threads against `available`.
-    pub fn with(exp: &Experiment, threads: usize, available: Available) -> Result<Self> {
+    pub fn with(
+        exp: &Experiment,
+        threads: usize,
+        available: Available,
+        trainable: Option<u64>,
+    ) -> Result<Self> {
         let vocab = planned_vocab(exp)
             .context("data.tokenizer: reading the vocabulary size for the memory estimate")?;
         Ok(Self {
-            estimate: estimate(exp, vocab, workers(exp, threads)),
+            estimate: estimate(exp, vocab, workers(exp, threads), trainable),
             available,
             threads,
+            trainable,
         })
     }
 
@@ -89,7 +99,12 @@ impl Check {
     fn variant(&self, exp: &Experiment, f: impl FnOnce(&mut Experiment)) -> Estimate {
         let mut e = exp.clone();
         f(&mut e);
-        estimate(&e, self.estimate.vocab, workers(&e, self.threads))
+        estimate(
+            &e,
+            self.estimate.vocab,
+            workers(&e, self.threads),
+            self.trainable,
+        )
     }
 
     /// Settings that would fit, each changed alone: the largest `train.micro_batch` (a divisor
@@ -129,7 +144,7 @@ impl Check {
         let w0 = self.estimate.workers;
         if let Some((w, e)) = (1..w0)
             .rev()
-            .map(|w| (w, estimate(exp, self.estimate.vocab, w)))
+            .map(|w| (w, estimate(exp, self.estimate.vocab, w, self.trainable)))
             .find(|(_, e)| e.total <= avail)
         {
             out.push(format!(
@@ -193,8 +208,8 @@ impl Check {
 
 /// The check before a run builds anything: the estimate against the device, refused when it
 /// does not fit unless `skip` (`--skip-memory-check`). Returns the check for the start lines.
-pub fn preflight(exp: &Experiment, skip: bool) -> Result<Check> {
-    let check = Check::of(exp)?;
+pub fn preflight(exp: &Experiment, skip: bool, trainable: Option<u64>) -> Result<Check> {
+    let check = Check::of(exp, trainable)?;
     if check.fits() == Some(false) && !skip {
         bail!("{}", check.refusal(exp));
     }
@@ -222,7 +237,7 @@ mod tests {
 
     #[test]
     fn the_huge_model_is_refused_with_the_parameter_bound() {
-        let c = Check::with(&huge(), 2, gib(24)).unwrap();
+        let c = Check::with(&huge(), 2, gib(24), None).unwrap();
         assert_eq!(c.fits(), Some(false));
         // 48 × (4 d² + 3 d f + 2 d) + 2 V d + d: 824.8G parameters, 3.3 TB of weights
         assert_eq!(c.estimate.params.trainable, 824_771_117_056);
@@ -240,12 +255,32 @@ mod tests {
     }
 
     #[test]
+    fn train_trainable_counts_optimizer_state_and_gradients_for_its_parameters_only() {
+        let all = Check::with(&huge(), 2, gib(24), None).unwrap().estimate;
+        let t = 1_000_000;
+        let some = Check::with(&huge(), 2, gib(24), Some(t)).unwrap().estimate;
+        // AdamW: two f32 moments a trained element; f32 gradients a trained element (one
+        // buffer per accumulation step); the weights are all there either way
+        assert_eq!(some.optimizer, 2 * 4 * t);
+        assert_eq!(all.optimizer, 2 * 4 * 824_771_117_056);
+        assert_eq!(some.gradients % (4 * t), 0);
+        assert_eq!(some.gradients / t, all.gradients / 824_771_117_056);
+        assert_eq!(some.weights, all.weights);
+        assert!(some.total < all.total);
+        // more than the model has is the model
+        let over = Check::with(&huge(), 2, gib(24), Some(u64::MAX))
+            .unwrap()
+            .estimate;
+        assert_eq!(over.optimizer, all.optimizer);
+    }
+
+    #[test]
     fn suggestions_fit_and_are_the_largest_that_do() {
         let mut e = Experiment::default();
         e.model.ctx = 1024;
         e.train.batch_tokens = 16 * 1024;
         e.train.micro_batch = 16;
-        let full = Check::with(&e, 2, gib(64)).unwrap();
+        let full = Check::with(&e, 2, gib(64), None).unwrap();
         let avail = full.estimate.total * 3 / 5;
         let c = Check::with(
             &e,
@@ -254,6 +289,7 @@ mod tests {
                 bytes: avail,
                 source: "test".into(),
             },
+            None,
         )
         .unwrap();
         assert_eq!(c.fits(), Some(false));
@@ -271,7 +307,7 @@ mod tests {
         let fits = |m: usize| {
             let mut x = e.clone();
             x.train.micro_batch = m;
-            Check::with(&x, 2, gib(64)).unwrap().estimate.total <= avail
+            Check::with(&x, 2, gib(64), None).unwrap().estimate.total <= avail
         };
         assert!(fits(m) && !fits(2 * m), "{mb}");
         assert!(s.iter().any(|l| l.starts_with("--set model.ctx=")), "{s:?}");

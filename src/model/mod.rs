@@ -609,6 +609,25 @@ pub fn masked_nll(
     (picked * mask).sum().neg() / denom
 }
 
+/// The parameter elements `train.trainable` leaves trainable (`None`: no patterns, every
+/// parameter the model trains), counted on a skeleton of the model (nothing is drawn or
+/// allocated): what the memory estimate counts optimizer state and gradients for.
+pub fn trainable_elements(exp: &crate::config::Experiment) -> anyhow::Result<Option<u64>> {
+    let Some(patterns) = &exp.train.trainable else {
+        return Ok(None);
+    };
+    let compiled = crate::optim::trainable_patterns(patterns)?;
+    let vocab = crate::memory::planned_vocab(exp)?;
+    let shapes = Lm::param_shapes(&exp.model, vocab, &Device::default());
+    Ok(Some(
+        shapes
+            .iter()
+            .filter(|(name, _)| compiled.iter().any(|p| p.matches(name)))
+            .map(|(_, shape)| shape.iter().product::<usize>() as u64)
+            .sum(),
+    ))
+}
+
 /// Number of parameters in the model's `Param`s (trained or not).
 pub fn count_params(model: &Lm) -> usize {
     model.num_params()

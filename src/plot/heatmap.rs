@@ -5,8 +5,8 @@
 use super::axis::{Axis, Scale, axis};
 use super::labels::{Categories, escape_label, row_step, wrap};
 use super::{
-    AXIS, DESC_PX, Rect, TICK_PX, TITLE_PX, VALUE_PX, draw_title, err, line_height, render, style,
-    title_height, viridis, widest,
+    AXIS, DESC_PX, Rect, TICK_PX, TITLE_PX, VALUE_PX, draw_title, err, line_height, rdbu, render,
+    style, title_height, viridis, widest,
 };
 use anyhow::{Result, bail};
 use plotters::prelude::*;
@@ -27,6 +27,27 @@ pub struct Heatmap<'a> {
     pub range: Option<(f64, f64)>,
     /// Write each cell's value (when the grid has at most [`MAX_ANNOTATED`] cells a side).
     pub annotate: bool,
+    /// The colour map.
+    pub colours: Colours,
+}
+
+/// A heat map's colours.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Colours {
+    /// Viridis from the lowest value to the highest: magnitudes, shares, scores.
+    Sequential,
+    /// Blue through white to red, white at 0 and the range symmetric about it (±the largest
+    /// |value| unless `range` says otherwise): signed differences, whose sign matters.
+    Diverging,
+}
+
+impl Colours {
+    fn at(self, t: f64) -> [u8; 3] {
+        match self {
+            Colours::Sequential => viridis(t),
+            Colours::Diverging => rdbu(t),
+        }
+    }
 }
 
 /// Largest side of a grid whose values are written in its cells.
@@ -77,11 +98,15 @@ fn frame(h: &Heatmap) -> Result<Frame> {
         .copied()
         .filter(|v| v.is_finite())
         .collect();
-    let (lo, hi) = h.range.unwrap_or_else(|| {
-        (
+    let (lo, hi) = h.range.unwrap_or_else(|| match h.colours {
+        Colours::Sequential => (
             finite.iter().copied().fold(f64::INFINITY, f64::min),
             finite.iter().copied().fold(f64::NEG_INFINITY, f64::max),
-        )
+        ),
+        Colours::Diverging => {
+            let m = finite.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+            (-m, m)
+        }
     });
     let (lo, hi) = match (lo.is_finite(), hi.is_finite()) {
         (true, true) if hi > lo => (lo, hi),
@@ -188,7 +213,7 @@ fn draw(h: &Heatmap) -> Result<(Vec<u8>, Frame)> {
         };
         for (r, row) in h.rows.iter().enumerate() {
             for (c, &v) in row.iter().enumerate().filter(|(_, v)| v.is_finite()) {
-                let [cr, cg, cb] = viridis((v - lo) / span);
+                let [cr, cg, cb] = h.colours.at((v - lo) / span);
                 let (x0, y0) = (g.x0 + c as i32 * cw, g.y0 + r as i32 * ch);
                 root.draw(&Rectangle::new(
                     [(x0, y0), (x0 + cw, y0 + ch)],
@@ -245,7 +270,7 @@ fn draw(h: &Heatmap) -> Result<(Vec<u8>, Frame)> {
         let b = f.bar;
         let rows = b.y1 - b.y0;
         for py in b.y0..b.y1 {
-            let [r, gg, bl] = viridis(f64::from(b.y1 - 1 - py) / f64::from(rows - 1));
+            let [r, gg, bl] = h.colours.at(f64::from(b.y1 - 1 - py) / f64::from(rows - 1));
             root.draw(&Rectangle::new(
                 [(b.x0, py), (b.x1, py + 1)],
                 RGBColor(r, gg, bl).filled(),
@@ -285,6 +310,7 @@ mod tests {
             y_ticks: None,
             range: Some((0.0, 1.0)),
             annotate,
+            colours: Colours::Sequential,
         })
         .unwrap();
         keep(&format!("heatmap_one_row_{annotate}"), &png);
@@ -374,6 +400,36 @@ mod tests {
         }
     }
 
+    /// A signed map (ablation Δ, patching effects): white at 0, blue below, red above, the
+    /// range symmetric so that equal magnitudes of either sign get equally strong colours.
+    #[test]
+    fn a_diverging_map_is_white_at_zero_and_symmetric() {
+        let rows = vec![vec![-2.0, 0.0, 1.0, 2.0]];
+        let (png, f) = draw(&Heatmap {
+            title: "Δ",
+            x_label: "head",
+            y_label: "layer",
+            rows: &rows,
+            x_ticks: None,
+            y_ticks: None,
+            range: None,
+            annotate: false,
+            colours: Colours::Diverging,
+        })
+        .unwrap();
+        assert_eq!(f.range, (-2.0, 2.0));
+        let img = Image::decode(&png);
+        let colour = |c: usize| {
+            let r = cell(&f, 0, c);
+            img.at((r.x0 + r.x1) / 2, (r.y0 + r.y1) / 2)
+        };
+        assert_eq!(colour(0), rdbu(0.0), "−2: the blue end");
+        assert_eq!(colour(1), [247, 247, 247], "0: white");
+        assert_eq!(colour(3), rdbu(1.0), "+2: the red end");
+        let [r, _, b] = colour(2);
+        assert!(r > b, "+1 is reddish: {:?}", colour(2));
+    }
+
     #[test]
     fn a_one_column_map_and_nan_cells() {
         let rows = vec![vec![0.0], vec![f64::NAN], vec![1.0]];
@@ -386,6 +442,7 @@ mod tests {
             y_ticks: None,
             range: None,
             annotate: true,
+            colours: Colours::Sequential,
         })
         .unwrap();
         let img = Image::decode(&png);
@@ -436,6 +493,7 @@ mod tests {
             y_ticks: Some(&tokens),
             range: Some((0.0, 1.0)),
             annotate: false,
+            colours: Colours::Sequential,
         })
         .unwrap();
         keep("heatmap_tokens", &png);

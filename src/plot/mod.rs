@@ -26,7 +26,7 @@ mod lines;
 
 pub use axis::Scale;
 pub use bars::{Bars, bars};
-pub use heatmap::{Heatmap, heatmap};
+pub use heatmap::{Colours, Heatmap, heatmap};
 pub use labels::escape_label;
 pub use lines::{CurveStyle, DISTINCT_STYLES, Dash, LinePlot, Marker, Series, curve_style, lines};
 
@@ -82,6 +82,30 @@ pub fn viridis(t: f64) -> [u8; 3] {
     let i = (x.floor() as usize).min(VIRIDIS.len() - 2);
     let f = x - i as f64;
     let (a, b) = (VIRIDIS[i], VIRIDIS[i + 1]);
+    std::array::from_fn(|c| (f64::from(a[c]) * (1.0 - f) + f64::from(b[c]) * f).round() as u8)
+}
+
+/// ColorBrewer's RdBu (9 classes) from blue to red: a diverging map whose middle is white.
+pub const RDBU: [[u8; 3]; 9] = [
+    [33, 102, 172],
+    [67, 147, 195],
+    [146, 197, 222],
+    [209, 229, 240],
+    [247, 247, 247],
+    [253, 219, 199],
+    [244, 165, 130],
+    [214, 96, 77],
+    [178, 24, 43],
+];
+
+/// The diverging colour at `t` in [0, 1] (0 blue, ½ white, 1 red), by linear interpolation in
+/// [`RDBU`].
+pub fn rdbu(t: f64) -> [u8; 3] {
+    let t = if t.is_nan() { 0.5 } else { t.clamp(0.0, 1.0) };
+    let x = t * (RDBU.len() - 1) as f64;
+    let i = (x.floor() as usize).min(RDBU.len() - 2);
+    let f = x - i as f64;
+    let (a, b) = (RDBU[i], RDBU[i + 1]);
     std::array::from_fn(|c| (f64::from(a[c]) * (1.0 - f) + f64::from(b[c]) * f).round() as u8)
 }
 

@@ -1,7 +1,7 @@
 //! The command line as a user meets it: help text, `check` on good and bad files, clear errors
 //! for unsupported devices, and every shipped experiment file validating.
 
-use crate::common::sinklab_in;
+use crate::common::{self, sinklab_in};
 use std::path::Path;
 
 /// Every experiment file under `dir`, searched recursively, except sweep files.
@@ -357,4 +357,38 @@ fn check_says_whether_the_fused_attention_kernel_covers_the_model() {
         assert_eq!(code, 0, "{out}{err}");
         assert!(out.contains(want), "{name}: {out}");
     }
+}
+
+/// A sweep file given to `check` is named as one, with the command that checks its runs; a
+/// run's report refuses the sweep report's --eps and --threshold and says why.
+#[test]
+fn check_names_a_sweep_file_and_a_runs_report_refuses_the_sweep_flags() {
+    let sweep = Path::new(env!("CARGO_MANIFEST_DIR")).join("experiments/sweeps/cpu/lr.toml");
+    assert!(sweep.exists(), "{}", sweep.display());
+    let (code, out) = common::sinklab_output(None, &["check", sweep.to_str().unwrap()]);
+    assert_ne!(code, 0, "{out}");
+    assert!(out.contains("a sweep file (it has `"), "{out}");
+    assert!(
+        out.contains("sinklab sweep") && out.contains("--dry-run"),
+        "{out}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let exp = common::tiny_experiment(dir.path(), "r", &[]);
+    sinklab::train::train(&exp, &common::quiet(), &mut |_| {}).unwrap();
+    let run = exp.run_dir();
+    for flag in [["--eps", "0.3"], ["--threshold", "5"]] {
+        let mut args = vec!["report", run.to_str().unwrap()];
+        args.extend(flag);
+        let (code, out) = common::sinklab_output(None, &args);
+        assert_ne!(code, 0, "{out}");
+        assert!(
+            out.contains(&format!("{} applies to a sweep's report", flag[0])),
+            "{out}"
+        );
+    }
+    assert!(!run.join("plots").exists(), "a refused report wrote plots");
+    let (code, out) = common::sinklab_output(None, &["report", run.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}");
+    assert!(run.join("plots").exists());
 }

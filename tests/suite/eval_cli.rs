@@ -49,6 +49,7 @@ fn eval_evaluates_the_sequences_it_is_told_with_progress_lines() {
     );
     assert_eq!(code, 0, "{err}");
     let small = json(&out);
+    assert_eq!(small["precision"], "f32", "{small}");
     for (k, v) in [
         ("val_sequences", 3),
         ("val_len", 16),
@@ -91,7 +92,10 @@ fn eval_evaluates_the_sequences_it_is_told_with_progress_lines() {
     // the terminal form names the sizes
     let (code, out, _) = sinklab_in(None, &["eval", r, "--sequences", "2"]);
     assert_eq!(code, 0);
-    assert!(out.contains("validation loss on 2 × 32 tokens: "), "{out}");
+    assert!(
+        out.contains("validation loss on 2 × 32 tokens, products in f32: "),
+        "{out}"
+    );
     assert!(out.contains("probe 2 × 16"), "{out}");
     for (args, want) in [
         (
@@ -255,6 +259,36 @@ fn stream_eval_without_a_terminal_prints_about_20_progress_lines() {
     assert_eq!(lines.last(), Some(&(total, total)), "{err}");
     assert!(
         lines.windows(2).all(|w| w[0].0 < w[1].0 && w[0].1 == total),
+        "{err}"
+    );
+}
+
+/// `eval` of a run directory that has no checkpoint yet says so (and how to continue it),
+/// unlike a path that is not a run at all; the plain output names the products' dtype.
+#[test]
+fn eval_tells_a_run_without_a_checkpoint_from_a_path_that_is_not_a_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = byte_run(dir.path());
+    let r = run.to_str().unwrap();
+    let (code, out, err) = sinklab_in(None, &["eval", r]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("products in f32"), "{out}");
+
+    let young = dir.path().join("young");
+    std::fs::create_dir(&young).unwrap();
+    std::fs::copy(run.join("resolved.toml"), young.join("resolved.toml")).unwrap();
+    let (code, _, err) = sinklab_in(None, &["eval", young.to_str().unwrap()]);
+    assert_ne!(code, 0);
+    assert!(err.contains("this run has no checkpoint yet"), "{err}");
+    assert!(err.contains("train.checkpoint_every = "), "{err}");
+    assert!(err.contains("--resume"), "{err}");
+
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    let (code, _, err) = sinklab_in(None, &["eval", empty.to_str().unwrap()]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("no checkpoint found: expected a run directory"),
         "{err}"
     );
 }

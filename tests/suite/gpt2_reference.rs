@@ -118,7 +118,7 @@ fn heads(run: &Path, out: &Path, extra: &[&str]) -> HeadsReport {
     args.extend_from_slice(extra);
     let (code, text) = common::sinklab_output(None, &args);
     assert_eq!(code, 0, "sinklab {}: {text}", args.join(" "));
-    serde_json::from_str(&std::fs::read_to_string(out.join("heads.json")).unwrap()).unwrap()
+    serde_json::from_str(&std::fs::read_to_string(out.join("heads_repeat.json")).unwrap()).unwrap()
 }
 
 /// Every head `L.H` with its score, highest first.

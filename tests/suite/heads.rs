@@ -206,7 +206,8 @@ fn heads_command_writes_every_score_and_refuses_what_does_not_fit() {
         "{text}"
     );
     let r: HeadsReport =
-        serde_json::from_str(&std::fs::read_to_string(out.join("heads.json")).unwrap()).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(out.join("heads_repeat.json")).unwrap())
+            .unwrap();
     assert_eq!((r.n_layers, r.n_heads, r.probe.len), (2, 4, 31));
     assert_eq!(r.measure, Measure::Primary);
     assert_eq!(r.trigger_copy, None, "a text run has no triggers");
@@ -218,7 +219,8 @@ fn heads_command_writes_every_score_and_refuses_what_does_not_fit() {
                 .all(|h| h.len() == 4 && h.iter().all(|x| x.is_finite())),
             "{s:?}"
         );
-        assert!(out.join(s.png()).exists(), "{}", s.png());
+        let png = format!("heads_repeat_{}.png", s.name());
+        assert!(out.join(&png).exists(), "{png}");
     }
     for l in &r.layers {
         let a = l.ahon_ln.iter().sum::<f64>() / 4.0;
@@ -267,9 +269,13 @@ fn heads_command_writes_every_score_and_refuses_what_does_not_fit() {
             vec!["--probe", "natural", "--len", "64"],
             "2 ≤ len ≤ model.ctx = 32",
         ),
-        (vec!["--text", "x.txt"], "add --probe natural"),
+        (vec!["--text", "x.txt"], "x.txt"),
+        (
+            vec!["--probe", "repeat", "--text", "x.txt"],
+            "--text gives natural probes",
+        ),
     ] {
-        let mut a = vec!["heads", run, "--out", o];
+        let mut a = vec!["heads", run, "--out", o, "--force"];
         a.extend(args);
         let (code, text) = common::sinklab_output(None, &a);
         assert_ne!(code, 0, "{a:?}");

@@ -606,7 +606,8 @@ fn ablate_and_patch_commands_agree_with_themselves_and_refuse_what_does_not_fit(
     let o = out.to_str().unwrap();
     let json = |args: &[&str]| -> String {
         let mut a = args.to_vec();
-        a.extend(["--out", o, "--json"]);
+        // several calls repeat a computation (and so a file name) on purpose
+        a.extend(["--out", o, "--json", "--force"]);
         let (code, text, err) = common::sinklab_in(None, &a);
         assert_eq!(code, 0, "{a:?}: {err}");
         text
@@ -618,16 +619,41 @@ fn ablate_and_patch_commands_agree_with_themselves_and_refuse_what_does_not_fit(
         );
     };
 
-    // Every head on its own: a 2 × 4 Δ map with each head's dormancy, and its PNG.
+    // Every head on its own: a 2 × 4 Δ map with each head's dormancy, and its PNG, named by
+    // what was computed (task, units, kind, metric).
     let (code, text) = common::sinklab_output(None, &["ablate", run, "--n", "15", "--out", o]);
     assert_eq!(code, 0, "{text}");
     assert!(
         text.contains("largest Δ") && text.contains("dormant heads"),
         "{text}"
     );
+    let scan_file = out.join("ablate_repeat_all_zero_loss.json");
     let scan: AblateReport =
-        serde_json::from_str(&std::fs::read_to_string(out.join("ablate.json")).unwrap()).unwrap();
-    assert!(out.join("ablate_delta.png").exists());
+        serde_json::from_str(&std::fs::read_to_string(&scan_file).unwrap()).unwrap();
+    assert!(out.join("ablate_repeat_all_zero_loss_delta.png").exists());
+    assert_eq!(
+        scan.files,
+        vec![
+            "ablate_repeat_all_zero_loss_delta.png",
+            "ablate_repeat_all_zero_loss.json"
+        ]
+    );
+    // The same analysis again does not replace its report without --force (and computes
+    // nothing); with --force it does.
+    let before = std::fs::metadata(&scan_file).unwrap().modified().unwrap();
+    let (code, text) = common::sinklab_output(None, &["ablate", run, "--n", "15", "--out", o]);
+    assert_ne!(code, 0);
+    assert!(
+        text.contains("ablate_repeat_all_zero_loss.json exists") && text.contains("--force"),
+        "{text}"
+    );
+    assert_eq!(
+        std::fs::metadata(&scan_file).unwrap().modified().unwrap(),
+        before
+    );
+    let (code, text) =
+        common::sinklab_output(None, &["ablate", run, "--n", "15", "--out", o, "--force"]);
+    assert_eq!(code, 0, "{text}");
     assert_eq!((scan.sequences, scan.len), (8, 31));
     assert!(
         scan.baseline > 0.5 && scan.baseline < 8.0,
@@ -673,7 +699,9 @@ fn ablate_and_patch_commands_agree_with_themselves_and_refuse_what_does_not_fit(
         "{text}"
     );
 
-    // A named head against 5 matched-random heads of its layer: the same Δ as the scan's.
+    // A named head against its matched-random heads: the same Δ as the scan's. Its layer has 3
+    // other heads, so --controls 5 finds 3 distinct sets and uses all of them (the exact
+    // distribution), never one twice.
     let named: AblateReport = serde_json::from_str(&json(&[
         "ablate",
         run,
@@ -688,7 +716,10 @@ fn ablate_and_patch_commands_agree_with_themselves_and_refuse_what_does_not_fit(
     let n = named.named.unwrap();
     close(named.baseline, scan.baseline, "baseline");
     close(n.delta, cells[1][0], "named 1.0");
-    assert_eq!(n.controls.len(), 5);
+    assert_eq!((n.controls.len(), n.distinct_sets, n.exact), (3, 3, true));
+    let mut drawn: Vec<&String> = n.control_sets.iter().map(|s| &s[0]).collect();
+    drawn.sort();
+    assert_eq!(drawn, vec!["1.1", "1.2", "1.3"], "each other head once");
     for (set, delta) in n.control_sets.iter().zip(&n.controls) {
         assert_eq!(set.len(), 1);
         let (l, h) = set[0].split_once('.').unwrap();
@@ -700,10 +731,15 @@ fn ablate_and_patch_commands_agree_with_themselves_and_refuse_what_does_not_fit(
     let equal = n.controls.iter().filter(|&&c| c == n.delta).count() as f64;
     close(
         n.percentile,
-        100.0 * (below + 0.5 * equal) / 5.0,
+        100.0 * (below + 0.5 * equal) / 3.0,
         "percentile",
     );
-    assert!(out.join("ablate_controls.png").exists());
+    assert!(
+        out.join("ablate_repeat_set-1.0_zero_loss_controls.png")
+            .exists()
+    );
+    // the scan's report is still there beside the named set's
+    assert!(scan_file.exists() && out.join("ablate_repeat_set-1.0_zero_loss.json").exists());
 
     // Key/value groups: a 2 × 2 map; a mean ablation names and records its reference set.
     let groups: AblateReport = serde_json::from_str(&json(&[
@@ -773,7 +809,35 @@ fn ablate_and_patch_commands_agree_with_themselves_and_refuse_what_does_not_fit(
     assert!(a.norm > 0.0);
     assert!(a.normalised[0].abs() < 1e-5, "{:?}", a.normalised);
     close(a.normalised[1], p.normalised[1][19], "addition = patch");
-    assert!(out.join("patch.png").exists() && out.join("patch_addition.png").exists());
+    let stem = "patch_repeat_resid_pre_layer-position_denoise_logit-diff_add-resid_pre-l1";
+    for f in ["_map.png", "_addition.png", "_direction.json", ".json"] {
+        assert!(out.join(format!("{stem}{f}")).exists(), "{stem}{f}");
+    }
+
+    // Four repeat prompts on this small model: their clean and corrupted metrics differ by less
+    // than two standard errors, so patch refuses to normalise by the gap (and writes nothing).
+    let (code, text) = common::sinklab_output(
+        None,
+        &[
+            "patch",
+            run,
+            "--n",
+            "10",
+            "--site",
+            "k",
+            "--sequences",
+            "4",
+            "--out",
+            o,
+        ],
+    );
+    assert_ne!(code, 0, "{text}");
+    assert!(text.contains("within noise"), "{text}");
+    assert!(text.contains("standard error"), "{text}");
+    assert!(
+        !out.join("patch_repeat_k_head_denoise_logit-diff.json")
+            .exists()
+    );
 
     // k by head on the GQA model: one column per key/value group; noising mirrors denoising
     // at layer 0 position n.
@@ -785,7 +849,7 @@ fn ablate_and_patch_commands_agree_with_themselves_and_refuse_what_does_not_fit(
         "--site",
         "k",
         "--sequences",
-        "4",
+        "1",
     ]))
     .unwrap();
     assert_eq!(k.column_labels, vec!["0", "1"]);
@@ -800,7 +864,7 @@ fn ablate_and_patch_commands_agree_with_themselves_and_refuse_what_does_not_fit(
         "--direction",
         "noise",
         "--sequences",
-        "4",
+        "1",
     ]))
     .unwrap();
     for (i, &v) in noise.normalised[0].iter().enumerate() {
@@ -808,12 +872,14 @@ fn ablate_and_patch_commands_agree_with_themselves_and_refuse_what_does_not_fit(
         assert!((v - want).abs() < 1e-4, "noising position {i}: {v}");
     }
 
-    // Prompts from a file (byte tokenizer: one token per character).
+    // Prompts from a file (byte tokenizer: one token per character). On this small model two
+    // different pairs' gaps differ by more than their mean (patch would refuse them as noise,
+    // as above), so the file holds one pair twice: standard error 0, the gap its own.
     let prompts = dir.path().join("prompts.jsonl");
     std::fs::write(
         &prompts,
         "{\"clean\": \"the cat sat\", \"corrupt\": \"the dog sat\", \"answer\": \".\", \"wrong\": \"!\"}\n\
-         {\"clean\": \"my big hat.\", \"corrupt\": \"my red hat.\", \"answer\": \"o\", \"wrong\": \"x\"}\n",
+         {\"clean\": \"the cat sat\", \"corrupt\": \"the dog sat\", \"answer\": \".\", \"wrong\": \"!\"}\n",
     )
     .unwrap();
     let f: PatchReport = serde_json::from_str(&json(&[
@@ -930,6 +996,7 @@ fn ablate_and_patch_commands_agree_with_themselves_and_refuse_what_does_not_fit(
             "logit-diff",
             "--out",
             o,
+            "--force",
         ],
     );
     assert_eq!(code, 0, "{text}");
@@ -1037,7 +1104,8 @@ fn ablate_and_patch_commands_agree_with_themselves_and_refuse_what_does_not_fit(
             "expected L:SITE or L:SITE:H",
         ),
     ] {
-        let mut a = vec![args[0], run, "--out", o];
+        // --force: the settings are checked whether or not an earlier report has the name
+        let mut a = vec![args[0], run, "--out", o, "--force"];
         // the repeat task (the default) fits ctx 32 with n ≤ 15; other tasks take no --n
         let takes_n = !(args[0] == "ablate" && args.contains(&"--task"));
         if takes_n && !args.contains(&"--n") {

@@ -327,9 +327,9 @@ fn the_override_lets_a_refused_run_through_and_says_so() {
     )
     .unwrap();
     e.run.name = "huge".into();
-    let refused = memory::preflight(&e, false).unwrap_err().to_string();
+    let refused = memory::preflight(&e, false, None).unwrap_err().to_string();
     assert!(refused.contains("does not fit"), "{refused}");
-    let c = memory::preflight(&e, true).unwrap();
+    let c = memory::preflight(&e, true, None).unwrap();
     assert_eq!(c.fits(), Some(false));
     assert!(c.line().contains("DOES NOT FIT in"), "{}", c.line());
     // a device that reports no memory: the estimate is printed, the check is not made
@@ -339,6 +339,7 @@ fn the_override_lets_a_refused_run_through_and_says_so() {
         Available::Unknown {
             why: "the wgpu runtime (CubeCL 0.11) reports no memory size for its adapter".into(),
         },
+        None,
     )
     .unwrap();
     assert_eq!(unknown.fits(), None);

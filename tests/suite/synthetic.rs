@@ -294,7 +294,10 @@ fn trigger_ground_truth(
         );
         assert!(
             dir.join("heads")
-                .join(sinklab::heads::TriggerCopy(i).png())
+                .join(format!(
+                    "heads_repeat_{}.png",
+                    sinklab::heads::TriggerCopy(i).name()
+                ))
                 .exists()
         );
     }

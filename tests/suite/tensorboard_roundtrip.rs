@@ -101,6 +101,7 @@ fn write_events(logdir: &Path) -> Value {
         y_ticks: None,
         range: Some((0.0, 1.0)),
         annotate: true,
+        colours: sinklab::plot::Colours::Sequential,
     })
     .unwrap();
     let (hw, hh) = png_size(&png).unwrap();

@@ -256,7 +256,7 @@ fn smoke_run_learns_and_writes_metrics_tensorboard_and_checkpoints() {
 fn resume_reproduces_every_later_loss() {
     let dir = tempfile::tempdir().unwrap();
     let full = tiny_experiment(dir.path(), "full", &[]);
-    train::train(&full, &quiet(), &mut |_| {}).unwrap();
+    let whole = train::train(&full, &quiet(), &mut |_| {}).unwrap();
 
     let cut = tiny_experiment(dir.path(), "cut", &[]);
     let mut opts = quiet();
@@ -271,7 +271,10 @@ fn resume_reproduces_every_later_loss() {
     assert!(err.contains("--resume"), "{err}");
     opts.stop_after = None;
     opts.resume = true;
-    train::train(&cut, &opts, &mut |_| {}).unwrap();
+    let resumed = train::train(&cut, &opts, &mut |_| {}).unwrap();
+    // the summary's first loss is step 1's, carried in the checkpoint across the resume
+    assert!(whole.first_loss.is_some());
+    assert_eq!(resumed.first_loss, whole.first_loss);
 
     let a = series(&full.run_dir(), "train/loss");
     let b = series(&cut.run_dir(), "train/loss");
