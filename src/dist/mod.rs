@@ -23,6 +23,7 @@
 //! ([`launch`]); a process started on its own is a world of one ([`World::single`]) and nothing
 //! here costs anything.
 
+pub mod bench;
 #[cfg(feature = "mpi")]
 mod comm;
 pub mod launch;
@@ -34,11 +35,18 @@ pub use sync::{
 
 use anyhow::{Result, bail};
 use serde::{Serialize, de::DeserializeOwned};
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
+#[cfg(feature = "mpi")]
+use std::cell::RefCell;
 
-/// The largest number of f32 values one `MPI_Allreduce` call sums: 2^26 (256 MiB), far below
-/// the 2^31 − 1 elements an MPI count can hold; a larger gradient goes in several buckets.
+/// The number of f32 values one `MPI_Allreduce` call sums: 2^26 (256 MiB), far below the
+/// 2^31 − 1 elements an MPI count can hold; a larger gradient goes in several buckets.
+/// `SINKLAB_MPI_BUCKET=N` sets another size (at most 2^31 − 2; smaller buckets need less
+/// scratch memory, the tests use them to sum in many pieces).
 pub const MAX_BUCKET: usize = 1 << 26;
+
+/// The variable that sets the bucket size ([`MAX_BUCKET`]).
+pub const BUCKET_VAR: &str = "SINKLAB_MPI_BUCKET";
 
 /// This process's place among the ranks of a run.
 pub struct World {
@@ -51,11 +59,12 @@ pub struct World {
     #[cfg(feature = "mpi")]
     mpi: Option<comm::Mpi>,
     /// The receive buffer of the bucketed gradient sum, kept between steps.
+    #[cfg(feature = "mpi")]
     scratch: RefCell<Vec<f32>>,
     /// Whether the ranks' gradient layouts were compared (once, at the first sum).
     pub(crate) layout_checked: Cell<bool>,
-    /// The number of f32 values per `MPI_Allreduce` (tests use small buckets).
-    bucket: Cell<usize>,
+    /// The number of f32 values per `MPI_Allreduce` ([`MAX_BUCKET`], [`BUCKET_VAR`]).
+    bucket: usize,
 }
 
 /// An error every rank reached together (a verdict shared by a collective): rank 0 reports
@@ -98,9 +107,10 @@ impl World {
             launch: None,
             #[cfg(feature = "mpi")]
             mpi: None,
+            #[cfg(feature = "mpi")]
             scratch: RefCell::new(Vec::new()),
             layout_checked: Cell::new(false),
-            bucket: Cell::new(MAX_BUCKET),
+            bucket: MAX_BUCKET,
         }
     }
 
@@ -130,6 +140,20 @@ impl World {
                 );
             }
             let mut w = World::single();
+            if let Ok(v) = std::env::var(BUCKET_VAR) {
+                w.bucket = v
+                    .trim()
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|&n| (1..i32::MAX as usize).contains(&n))
+                    .ok_or_else(|| {
+                        anyhow::anyhow!(
+                            "{BUCKET_VAR}={v}: expected the number of f32 values per \
+                             MPI_Allreduce, 1 to {}",
+                            i32::MAX - 1
+                        )
+                    })?;
+            }
             w.rank = mpi.rank();
             w.size = mpi.size();
             w.local_rank = mpi.local_rank;
@@ -238,13 +262,13 @@ impl World {
         let _ = values;
     }
 
-    /// `values` summed over the ranks, in place, in buckets of at most [`MAX_BUCKET`] values
+    /// `values` summed over the ranks, in place, in buckets of [`World::bucket`] values
     /// (one `MPI_Allreduce` each). Every rank receives the same bits: each bucket is one
     /// reduction whose result the library hands to every rank (the weights check confirms it).
     pub fn sum_f32(&self, values: &mut [f32]) {
         #[cfg(feature = "mpi")]
         if let Some(m) = &self.mpi {
-            let bucket = self.bucket.get().clamp(1, MAX_BUCKET);
+            let bucket = self.bucket;
             let mut scratch = self.scratch.borrow_mut();
             scratch.resize(bucket.min(values.len()), 0.0);
             for chunk in values.chunks_mut(bucket) {
@@ -256,13 +280,14 @@ impl World {
         let _ = values;
     }
 
-    /// Use buckets of `n` values in [`World::sum_f32`] (tests; at most [`MAX_BUCKET`]).
-    pub fn set_bucket(&self, n: usize) {
-        self.bucket.set(n.clamp(1, MAX_BUCKET));
+    /// The number of f32 values per `MPI_Allreduce` of [`World::sum_f32`].
+    pub fn bucket(&self) -> usize {
+        self.bucket
     }
 
     /// Rank 0's value on every rank (`value` is read on rank 0 only).
     pub fn broadcast<T: Serialize + DeserializeOwned>(&self, value: Option<&T>) -> Result<T> {
+        #[cfg_attr(not(feature = "mpi"), allow(unused_mut))]
         let mut bytes = match value {
             Some(v) if self.is_root() => serde_json::to_vec(v)?,
             _ if self.is_root() => bail!("rank 0 has nothing to broadcast"),
