@@ -63,6 +63,10 @@ pub struct Args {
     /// bandwidth (docs/distributed.md models the step time at N ranks from it).
     #[arg(long, conflicts_with_all = ["forward", "decode", "heads"])]
     pub allreduce: bool,
+    /// --allreduce: sum this many f32 values instead of the experiment's trainable parameters
+    /// (e.g. 60000000 for a 60M model without its embeddings).
+    #[arg(long, value_name = "N", requires = "allreduce")]
+    pub values: Option<usize>,
 }
 
 pub fn run(a: Args) -> Result<()> {
@@ -212,7 +216,8 @@ fn allreduce(a: Args) -> Result<()> {
     let world = crate::dist::World::from_env()?;
     let exp = a.overrides.load(&a.experiment)?;
     let vocab = crate::memory::planned_vocab(&exp)?;
-    let values = crate::memory::estimate::param_count(&exp.model, vocab).total() as usize;
+    let trainable = crate::memory::estimate::param_count(&exp.model, vocab).trainable as usize;
+    let values = a.values.unwrap_or(trainable);
     let r = crate::dist::bench::allreduce(&world, values, a.warmup, a.steps)?;
     if !world.is_root() {
         return Ok(());
@@ -224,10 +229,10 @@ fn allreduce(a: Args) -> Result<()> {
     let mut hosts = r.hosts.clone();
     hosts.dedup();
     println!(
-        "sinklab bench --allreduce: {} ({} parameters) | {} f32 = {:.1} MB in {} bucket(s) | {} \
-         ranks on {} ({})",
+        "sinklab bench --allreduce: {} ({} trainable parameters) | {} f32 = {:.1} MB in {} \
+         bucket(s) | {} ranks on {} ({})",
         exp.run.name,
-        crate::memory::estimate::count(r.values as u64),
+        crate::memory::estimate::count(trainable as u64),
         r.values,
         r.bytes as f64 / 1e6,
         r.buckets,

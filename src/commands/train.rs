@@ -76,7 +76,7 @@ fn run_in(world: &World, a: Args) -> Result<i32> {
     let opts = TrainOptions {
         resume: a.resume,
         stop_after: a.stop_after,
-        quiet: a.quiet,
+        quiet: a.quiet || !world.is_root(), // no progress bar on the other ranks
         skip_memory_check: a.skip_memory_check,
     };
     ctrlc::set_handler(|| {

@@ -209,17 +209,14 @@ impl World {
         if one_visible { 0 } else { self.local_rank }
     }
 
-    /// CPU threads for this rank: the cores it may run on (its affinity mask), divided among
-    /// this machine's ranks when the launcher did not bind them (every rank sees every core).
+    /// CPU threads for this rank: the cores it may run on (its affinity mask), at most its
+    /// share of the machine's cores (a launcher that binds ranks to sockets, or not at all,
+    /// lets several ranks see the same cores).
     pub fn cpu_threads(&self) -> usize {
         let visible = std::thread::available_parallelism().map_or(1, |n| n.get());
         // SAFETY: sysconf reads a system constant; no memory is passed.
         let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
-        if self.local_size > 1 && visible >= online {
-            (visible / self.local_size).max(1)
-        } else {
-            visible
-        }
+        visible.min(online / self.local_size.max(1)).max(1)
     }
 
     /// Make rayon's global pool (the CPU backend's and the workers' threads) this rank's share

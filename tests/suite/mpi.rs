@@ -513,27 +513,69 @@ mod with_mpi {
         );
     }
 
+    /// The process id of the sinklab rank `rank` of an srun step of array job `array`.
+    fn srun_rank(array: &str, rank: usize) -> Option<u32> {
+        std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
+            let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+            let has = |kv: String| env.split(|&b| b == 0).any(|x| x == kv.as_bytes());
+            (comm.trim() == "sinklab"
+                && has(format!("SLURM_ARRAY_JOB_ID={array}"))
+                && has(format!("SLURM_PROCID={rank}"))
+                && has("SLURM_STEP_NUM_TASKS=2".into()))
+            .then_some(pid)
+        })
+    }
+
     /// A sweep with `[slurm] ranks = 2` submitted to the test cluster: the task starts its run
     /// as `srun --mpi=pmix --ntasks=2`, the run finishes with two ranks, the report is written,
-    /// and the numbers are those of one process.
+    /// and the numbers are those of one process. Then a rank killed under srun: the step ends
+    /// (srun names the task) within the cluster's KillWait, the checkpoints stay intact, and the
+    /// next submission resumes the run to the uninterrupted numbers.
     #[test]
-    fn a_two_rank_run_of_a_sweep_finishes_on_slurm() {
-        use crate::slurm::{Cluster, job_id, tail};
+    fn a_two_rank_run_of_a_sweep_finishes_on_slurm_and_resumes_after_a_rank_dies() {
+        use crate::slurm::{Cluster, KILL_WAIT, job_id, tail};
         let cluster = Cluster::start();
         let w = tempfile::tempdir().unwrap();
         let w = w.path();
         common::tiny_experiment(w, "tinybase", &[]);
-        let sweep = "base = \"tinybase.toml\"\nname = \"ranks\"\nout_dir = \"sweeps\"\nseeds = [0]\n\
-                     [set]\ntrain = { steps = 200, checkpoint_every = 100, eval_every = 50 }\n\
-                     metrics = { every = 50 }\n[axes]\n\"optim.lr\" = [3e-3]\n\
-                     [slurm]\npartition = \"debug\"\ntime = \"10:00\"\nranks = 2\ncpus_per_task = 1\n";
-        std::fs::write(w.join("s.toml"), sweep).unwrap();
-        let (code, out) = output(
-            mpi_env(&mut Command::new(env!("CARGO_BIN_EXE_sinklab")))
-                .args(["sweep", "s.toml", "--submit"])
-                .current_dir(w)
-                .env("SLURM_CONF", &cluster.conf),
-        );
+        let sweep = |name: &str, steps: u64| {
+            format!(
+                "base = \"tinybase.toml\"\nname = \"{name}\"\nout_dir = \"sweeps\"\nseeds = [0]\n\
+                 [set]\ntrain = {{ steps = {steps}, checkpoint_every = 100, eval_every = 50 }}\n\
+                 metrics = {{ every = 50 }}\n[axes]\n\"optim.lr\" = [3e-3]\n[slurm]\n\
+                 partition = \"debug\"\ntime = \"10:00\"\nranks = 2\ncpus_per_task = 1\n"
+            )
+        };
+        std::fs::write(w.join("s.toml"), sweep("ranks", 200)).unwrap();
+        std::fs::write(w.join("k.toml"), sweep("ranks_kill", 1500)).unwrap();
+        let submit = |file: &str| {
+            output(
+                mpi_env(&mut Command::new(env!("CARGO_BIN_EXE_sinklab")))
+                    .args(["sweep", file, "--submit"])
+                    .current_dir(w)
+                    .env("SLURM_CONF", &cluster.conf),
+            )
+        };
+        // The same plan as one process, for the numbers.
+        let one_process = |dir: &Path, run: &str| {
+            let plan = dir.join("plans").join(format!("{run}.toml"));
+            let out_dir = format!("run.out_dir=\"{}\"", dir.join("one").display());
+            let (code, out) = common::sinklab_output(
+                Some(w),
+                &[
+                    "train",
+                    plan.to_str().unwrap(),
+                    "--quiet",
+                    "--set",
+                    &out_dir,
+                ],
+            );
+            assert_eq!(code, 0, "{out}");
+            dir.join("one").join(run)
+        };
+        let (code, out) = submit("s.toml");
         assert_eq!(code, 0, "{out}");
         for needle in [
             "#SBATCH --ntasks=2  (MPI ranks per run, from the sweep file)",
@@ -568,28 +610,68 @@ mod with_mpi {
         assert_eq!(identical_lines(&run_log).len(), 3, "{run_log}");
         let prov = common::read_json(&dir.join(run).join("provenance.json"));
         assert_eq!(prov["world_size"], 2, "{prov}");
-        assert!(
-            std::fs::read_to_string(dir.join("report.md"))
-                .unwrap()
-                .contains("| 0.003 | 1/1 |")
-        );
-        // The same plan as one process.
-        let plan = dir.join("plans").join(format!("{run}.toml"));
-        let (code, out) = common::sinklab_output(
-            Some(w),
-            &[
-                "train",
-                plan.to_str().unwrap(),
-                "--quiet",
-                "--set",
-                "run.out_dir=\"one\"",
-            ],
-        );
-        assert_eq!(code, 0, "{out}");
+        let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
+        assert!(md.contains("| 0.003 | 1/1 |"), "{md}");
         assert_same_run(
-            &w.join("one").join(run),
+            &one_process(&dir, run),
             &dir.join(run),
             "sweep run on SLURM, 2 ranks vs 1 process",
+        );
+
+        // kill -9 of rank 1 under srun
+        let (code, out) = submit("k.toml");
+        assert_eq!(code, 0, "{out}");
+        let array = job_id(&out, "submitted job array ");
+        let kdir = w.join("sweeps/ranks_kill");
+        let krun = kdir.join(run);
+        cluster.wait_for(
+            "the first checkpoint",
+            || sinklab::checkpoint::step_dir(&krun, 100).exists(),
+            &["slurmd.log"],
+        );
+        let pid = srun_rank(&array, 1).expect("rank 1 of the srun step");
+        // SAFETY: signalling a rank of a job this test submitted, by its id.
+        unsafe {
+            libc::kill(pid as libc::pid_t, libc::SIGKILL);
+        }
+        let t0 = Instant::now();
+        let jobs = cluster.wait_jobs(&[&array]);
+        let t_end = t0.elapsed().as_secs_f64();
+        let klog = std::fs::read_to_string(kdir.join(format!("logs/{run}.log"))).unwrap();
+        assert!(
+            klog.contains("task 1: Killed"),
+            "srun names the rank: {klog}"
+        );
+        assert!(
+            t_end < (KILL_WAIT + 20) as f64,
+            "the job ended {t_end:.1} s after the kill: {jobs:?}"
+        );
+        let s = sinklab::sweep::read_status(&kdir, run).unwrap();
+        assert_eq!(s.state, "failed", "{s:?}");
+        let ckpts = sinklab::checkpoint::list_checkpoints(&krun);
+        let newest = ckpts.last().unwrap().0;
+        assert!((100..1500).contains(&newest), "{ckpts:?}");
+        for (_, d) in &ckpts {
+            sinklab::checkpoint::verify_checkpoint(d).unwrap();
+        }
+        let (code, out) = submit("k.toml");
+        assert_eq!(code, 0, "{out}");
+        let again = job_id(&out, "submitted job array ");
+        let jobs = cluster.wait_jobs(&[&again]);
+        let s = sinklab::sweep::read_status(&kdir, run).unwrap();
+        assert_eq!(
+            (s.state.as_str(), s.attempts),
+            ("done", 2),
+            "{s:?} {jobs:?}"
+        );
+        assert_same_run(
+            &one_process(&kdir, run),
+            &krun,
+            "sweep run on SLURM, rank 1 killed after step >= 100, resubmitted, vs 1 process",
+        );
+        eprintln!(
+            "srun: kill -9 of rank 1 after step {newest}: the job ended {t_end:.1} s later \
+             (KillWait {KILL_WAIT} s)"
         );
     }
 }

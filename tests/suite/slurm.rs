@@ -16,7 +16,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Seconds between SIGTERM and SIGKILL when the cluster ends a job (SLURM's default).
-const KILL_WAIT: u64 = 30;
+pub(crate) const KILL_WAIT: u64 = 30;
 /// The longest the test waits for the cluster or a job.
 const PATIENCE: Duration = Duration::from_secs(180);
 
