@@ -107,7 +107,7 @@ fn run_in(world: &World, a: Args) -> Result<i32> {
             s.steps_done,
             s.total_steps,
             s.run_dir.display(),
-            resume_command()
+            resume_command(world)
         );
         return Ok(if why == "interrupted" { 130 } else { 0 });
     }
@@ -126,9 +126,14 @@ fn run_in(world: &World, a: Args) -> Result<i32> {
     Ok(0)
 }
 
-/// This command line as `--resume` of the same run: `--stop-after N` dropped, `--resume` added.
-fn resume_command() -> String {
-    let mut out: Vec<String> = Vec::new();
+/// This command line as `--resume` of the same run: `--stop-after N` dropped, `--resume` added;
+/// under a launcher, that launcher's (any N resumes it).
+fn resume_command(world: &World) -> String {
+    let mut out: Vec<String> = match world.launcher() {
+        Some("srun") => vec!["srun".into(), "-n".into(), world.size().to_string()],
+        Some(_) => vec!["mpirun".into(), "-np".into(), world.size().to_string()],
+        None => Vec::new(),
+    };
     let mut args = std::env::args();
     while let Some(a) = args.next() {
         if a == "--stop-after" {
