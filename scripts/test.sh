@@ -3,7 +3,7 @@
 # fresh machine lacks (scripts/setup_system.sh: Debian packages as root or with passwordless
 # sudo, otherwise one line saying what to run; scripts/setup_python.sh: the Python readers),
 # then builds and runs everything.
-#   bash scripts/test.sh          # everything: Rust tests (flex) + the wgpu smoke test
+#   bash scripts/test.sh          # everything: Rust tests (flex), the MPI tests, the wgpu smoke test
 #   bash scripts/test.sh --quick  # skip the wgpu build and smoke test
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,6 +23,11 @@ export SINKLAB_SMOLLM2="${SINKLAB_SMOLLM2:-$(bash scripts/fetch_smollm2.sh)}"
 cargo fmt --all -- --check
 cargo build --release --locked
 cargo test --release --locked
+# The MPI tests (tests/suite/mpi.rs): sinklab and the mpi crate built again with the `mpi`
+# feature (Burn and every other dependency are reused: no third optimised build of Burn), then
+# 2 ranks started by mpirun and srun, one test at a time (they time a rank's death). OpenMPI's
+# settings for root and containers are the tests' own (docs/distributed.md).
+cargo test --release --locked --features mpi --test suite mpi:: -- --test-threads=1
 
 if [ "$quick" = 0 ]; then
   bash scripts/wgpu_smoke.sh

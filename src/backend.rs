@@ -24,8 +24,15 @@ pub fn compiled_features() -> Vec<&'static str> {
     f
 }
 
-/// The (non-autodiff) device for a backend kind.
+/// The (non-autodiff) device for a backend kind: GPU 0 of a GPU backend.
 pub fn device(kind: DeviceKind) -> Result<Device> {
+    device_at(kind, 0)
+}
+
+/// The (non-autodiff) device for a backend kind; on a GPU backend GPU `index` (an MPI rank's
+/// GPU: [`crate::config::RunConfig::devices`] > 1 is refused in favour of one rank per GPU).
+pub fn device_at(kind: DeviceKind, index: usize) -> Result<Device> {
+    let _ = index; // only GPU backends have more than one device
     // unused when every backend is compiled in
     #[cfg_attr(
         all(feature = "flex", feature = "wgpu", feature = "cuda"),
@@ -47,13 +54,21 @@ pub fn device(kind: DeviceKind) -> Result<Device> {
         }
         DeviceKind::Wgpu => {
             #[cfg(feature = "wgpu")]
-            return opened(kind, Device::wgpu(burn::tensor::DeviceKind::DefaultDevice));
+            return opened(
+                kind,
+                index,
+                if index == 0 {
+                    Device::wgpu(burn::tensor::DeviceKind::DefaultDevice)
+                } else {
+                    Device::wgpu(burn::tensor::DeviceKind::DiscreteGpu(index))
+                },
+            );
             #[cfg(not(feature = "wgpu"))]
             return missing("wgpu");
         }
         DeviceKind::Cuda => {
             #[cfg(feature = "cuda")]
-            return opened(kind, Device::cuda(0usize));
+            return opened(kind, index, Device::cuda(index));
             #[cfg(not(feature = "cuda"))]
             return missing("cuda");
         }
@@ -63,13 +78,19 @@ pub fn device(kind: DeviceKind) -> Result<Device> {
 /// A GPU device, opened now: one that is not there (no GPU, no driver library) would otherwise
 /// panic inside CubeCL at its first tensor.
 #[cfg(any(feature = "wgpu", feature = "cuda"))]
-fn opened(kind: DeviceKind, device: Device) -> Result<Device> {
+fn opened(kind: DeviceKind, index: usize, device: Device) -> Result<Device> {
     if quietly(|| device.supports_dtype(burn::tensor::FloatDType::F32)).is_none() {
         bail!(
-            "run.device = \"{}\": {} device 0 could not be opened (no GPU, or no driver: cuda \
-             needs the NVIDIA driver's libcuda.so, wgpu a Vulkan driver)",
+            "run.device = \"{}\": {} device {index} could not be opened (no GPU, or no driver: \
+             cuda needs the NVIDIA driver's libcuda.so, wgpu a Vulkan driver{})",
             kind.name(),
-            kind.name()
+            kind.name(),
+            if index > 0 {
+                "; with one MPI rank per GPU, rank i of a machine takes GPU i: start at most as \
+                 many ranks per machine as it has GPUs"
+            } else {
+                ""
+            }
         );
     }
     Ok(device)
@@ -139,61 +160,6 @@ pub fn is_cpu(device: &Device) -> bool {
     };
 }
 
-/// The devices of a data-parallel run: `n` GPUs of `kind` (device 0 first; it holds the
-/// weights and the optimizer state).
-pub fn devices(kind: DeviceKind, n: usize) -> Result<Vec<Device>> {
-    if n <= 1 {
-        return Ok(vec![device(kind)?]);
-    }
-    device(kind)?; // reports a missing cargo feature
-    let list = gpu_list(kind, n)?;
-    // A device index past the machine's GPUs only fails (with a panic inside CubeCL) at its
-    // first use: touch each one now and turn a failure into an error that says what to change.
-    let quiet = std::panic::take_hook();
-    std::panic::set_hook(Box::new(|_| {}));
-    let failed = list.iter().enumerate().find_map(|(i, d)| {
-        std::panic::catch_unwind(|| {
-            burn::tensor::Tensor::<1>::zeros([1], d)
-                .into_data()
-                .try_to_vec::<f32>()
-                .map(|_| ())
-        })
-        .map_err(|p| {
-            let msg = p
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_default();
-            (i, msg)
-        })
-        .err()
-    });
-    std::panic::set_hook(quiet);
-    if let Some((i, msg)) = failed {
-        bail!(
-            "run.devices = {n}: {} device {i} cannot be used ({}); this machine has fewer GPUs \
-             than that: lower run.devices",
-            kind.name(),
-            msg.lines().next().unwrap_or("no message")
-        );
-    }
-    Ok(list)
-}
-
-fn gpu_list(kind: DeviceKind, n: usize) -> Result<Vec<Device>> {
-    match kind {
-        DeviceKind::Flex => bail!("run.devices = {n} needs a GPU device (cuda or wgpu)"),
-        #[cfg(feature = "cuda")]
-        DeviceKind::Cuda => Ok((0..n).map(Device::cuda).collect()),
-        #[cfg(feature = "wgpu")]
-        DeviceKind::Wgpu => Ok((0..n)
-            .map(|i| Device::wgpu(burn::tensor::DeviceKind::DiscreteGpu(i)))
-            .collect()),
-        #[allow(unreachable_patterns)]
-        _ => unreachable!("device() has already refused a backend that is not compiled in"),
-    }
-}
-
 /// Where a run came from: written to `provenance.json` before step 0.
 #[derive(Debug, Serialize)]
 pub struct Provenance {
@@ -210,6 +176,23 @@ pub struct Provenance {
     pub hostname: String,
     pub started_unix: u64,
     pub resumed_from_step: Option<u64>,
+    /// The number of MPI ranks training the run (1: one process).
+    pub world_size: usize,
+    /// Every rank's host and device when several train the run (docs/distributed.md).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub ranks: Vec<RankInfo>,
+}
+
+/// One MPI rank of a run, as its provenance records it.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct RankInfo {
+    pub rank: usize,
+    /// The rank among its machine's ranks (the GPU it takes).
+    pub local_rank: usize,
+    pub host: String,
+    /// Its device: `flex (1 thread)`, `cuda:1`, `wgpu:0`.
+    pub device: String,
+    pub pid: u32,
 }
 
 fn git(args: &[&str]) -> Option<String> {
@@ -247,6 +230,8 @@ impl Provenance {
                 .map(|d| d.as_secs())
                 .unwrap_or(0),
             resumed_from_step,
+            world_size: 1,
+            ranks: Vec::new(),
         }
     }
 }

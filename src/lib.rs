@@ -7,8 +7,8 @@
 //! `parallel`), the schema (`config`), sink metrics (`metrics`) and head scores (`heads`), devices
 //! and data (`backend`, `memory`, `data`),
 //! optimisation (`optim`), the model (`model`), band maths (`dark`), evaluation and probes
-//! (`eval`), interventions (`intervene`), decoding (`generate`), the run directory (`recorder`, `run`), the training loop
-//! (`train`), pretrained checkpoints in and out (`interop`), analyses (`analysis`), sweeps
+//! (`eval`), interventions (`intervene`), decoding (`generate`), the run directory (`recorder`, `run`), MPI ranks
+//! (`dist`), the training loop (`train`), pretrained checkpoints in and out (`interop`), analyses (`analysis`), sweeps
 //! (`sweep`, `report`), benchmarks (`bench`) and the command line (`commands`). A module only
 //! uses modules below it.
 
@@ -20,6 +20,7 @@ pub mod commands;
 pub mod config;
 pub mod dark;
 pub mod data;
+pub mod dist;
 pub mod eval;
 pub mod generate;
 pub mod heads;

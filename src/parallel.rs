@@ -15,9 +15,8 @@
 //! each own one core have none.
 //!
 //! On a GPU there is one worker: the device is shared, and launching from several host threads
-//! does not add compute. With several GPUs (`run.devices`) there is one worker per device: its
-//! micro-batches run on a copy of the weights on that device and its gradients are moved to
-//! the first device, where they are summed in micro-batch order and the optimizer steps.
+//! does not add compute. Several GPUs (or machines) train one run as MPI ranks, one process per
+//! GPU ([`crate::dist`]), not as workers of one process.
 
 use burn::module::{Module, ModuleMapper, Param};
 use burn::tensor::Tensor;
@@ -40,9 +39,6 @@ pub fn on_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
 /// A set of worker pools; [`Workers::map`] runs jobs on them, results in job order.
 pub struct Workers {
     pools: Vec<rayon::ThreadPool>,
-    /// One device per worker for data parallelism over devices; empty: every worker uses the
-    /// caller's device.
-    devices: Vec<burn::tensor::Device>,
 }
 
 impl Workers {
@@ -60,22 +56,7 @@ impl Workers {
                     .expect("building a worker thread pool")
             })
             .collect();
-        Self {
-            pools,
-            devices: Vec::new(),
-        }
-    }
-
-    /// One single-threaded worker per device (data parallelism over GPUs).
-    pub fn for_devices(devices: Vec<burn::tensor::Device>) -> Self {
-        let mut w = Self::new(devices.len(), devices.len());
-        w.devices = devices;
-        w
-    }
-
-    /// The device of job `i`, if the workers own devices.
-    pub fn device_of(&self, job: usize) -> Option<&burn::tensor::Device> {
-        (!self.devices.is_empty()).then(|| &self.devices[job % self.devices.len()])
+        Self { pools }
     }
 
     /// One worker using every thread of rayon's global pool (GPU devices, or no parallel jobs).

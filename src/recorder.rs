@@ -148,8 +148,13 @@ pub fn remove_event_files(dir: &Path) {
     }
 }
 
-/// Writes scalars to TensorBoard and `metrics.jsonl` together.
+/// Writes scalars to TensorBoard and `metrics.jsonl` together; [`Recorder::disabled`] writes
+/// nothing (the MPI ranks other than rank 0, the one writer).
 pub struct Recorder {
+    open: Option<Writers>,
+}
+
+struct Writers {
     tb: EventWriter,
     jsonl: std::fs::File,
     jsonl_path: std::path::PathBuf,
@@ -157,6 +162,11 @@ pub struct Recorder {
 }
 
 impl Recorder {
+    /// A recorder that writes nothing.
+    pub fn disabled() -> Self {
+        Self { open: None }
+    }
+
     pub fn open(run_dir: &Path, resume_step: Option<u64>) -> Result<Self> {
         let path = run_dir.join("metrics.jsonl");
         // On resume, drop records written after the checkpoint (they will be written again).
@@ -190,28 +200,32 @@ impl Recorder {
         tb.add_session_start(resume_step.map_or(0, |s| s + 1) as i64)?;
         tb.add_layout(&layout())?;
         Ok(Self {
-            tb,
-            jsonl,
-            jsonl_path: path,
-            start: Instant::now(),
+            open: Some(Writers {
+                tb,
+                jsonl,
+                jsonl_path: path,
+                start: Instant::now(),
+            }),
         })
     }
 
     pub fn scalars(&mut self, step: u64, values: &[(String, f64)]) -> Result<()> {
-        self.tb
-            .add_scalars(step as i64, values)
-            .with_context(|| format!("writing {}", self.tb.path().display()))?;
+        let Some(w) = &mut self.open else {
+            return Ok(());
+        };
+        w.tb.add_scalars(step as i64, values)
+            .with_context(|| format!("writing {}", w.tb.path().display()))?;
         let map: serde_json::Map<String, serde_json::Value> = values
             .iter()
             .map(|(k, v)| (k.clone(), serde_json::json!(v)))
             .collect();
         let line = serde_json::json!({
             "step": step,
-            "time": self.start.elapsed().as_secs_f64(),
+            "time": w.start.elapsed().as_secs_f64(),
             "scalars": map,
         });
-        writeln!(self.jsonl, "{line}")
-            .with_context(|| format!("writing {}", self.jsonl_path.display()))?;
+        writeln!(w.jsonl, "{line}")
+            .with_context(|| format!("writing {}", w.jsonl_path.display()))?;
         Ok(())
     }
 
@@ -219,15 +233,16 @@ impl Recorder {
     /// [`sink_map_png`] as the image `sink/importance_first_map`, and the values as the
     /// histogram `sink/importance_first_hist`.
     pub fn sink_map(&mut self, step: u64, report: &SinkReport, proxy: Proxy) -> Result<()> {
+        let Some(w) = &mut self.open else {
+            return Ok(());
+        };
         let values: Vec<f64> = report.importance_first.iter().flatten().copied().collect();
         let png = sink_map_png(&report.importance_first, proxy)?;
-        let (w, h) = plot::png_size(&png)?;
-        let at = self.tb.path().display().to_string();
-        self.tb
-            .add_png("sink/importance_first_map", step as i64, w, h, png)
+        let (pw, ph) = plot::png_size(&png)?;
+        let at = w.tb.path().display().to_string();
+        w.tb.add_png("sink/importance_first_map", step as i64, pw, ph, png)
             .and_then(|_| {
-                self.tb
-                    .add_histogram("sink/importance_first_hist", step as i64, &values)
+                w.tb.add_histogram("sink/importance_first_hist", step as i64, &values)
             })
             .with_context(|| format!("writing {at}"))?;
         Ok(())
@@ -236,33 +251,39 @@ impl Recorder {
     /// The live head scores' maps at `step` ([`Score::LIVE`]): the heat map [`score_map`] of
     /// each score as the image `heads/{name}_map`.
     pub fn head_maps(&mut self, step: u64, layers: &[LayerHeads]) -> Result<()> {
-        let at = self.tb.path().display().to_string();
+        let Some(w) = &mut self.open else {
+            return Ok(());
+        };
+        let at = w.tb.path().display().to_string();
         for s in Score::LIVE {
             let rows: Vec<Vec<f64>> = layers
                 .iter()
                 .map(|l| l.get(s).expect("a probe score").to_vec())
                 .collect();
             let png = score_map(&rows, s, "repeat probe")?;
-            let (w, h) = plot::png_size(&png)?;
-            self.tb
-                .add_png(&format!("heads/{}_map", s.name()), step as i64, w, h, png)
+            let (pw, ph) = plot::png_size(&png)?;
+            w.tb.add_png(&format!("heads/{}_map", s.name()), step as i64, pw, ph, png)
                 .with_context(|| format!("writing {at}"))?;
         }
         Ok(())
     }
 
     pub fn text(&mut self, tag: &str, text: &str) -> Result<()> {
-        self.tb.add_text(tag, 0, text)?;
+        if let Some(w) = &mut self.open {
+            w.tb.add_text(tag, 0, text)?;
+        }
         Ok(())
     }
 
     pub fn flush(&mut self) -> Result<()> {
-        self.tb
+        let Some(w) = &mut self.open else {
+            return Ok(());
+        };
+        w.tb.flush()
+            .with_context(|| format!("writing {}", w.tb.path().display()))?;
+        w.jsonl
             .flush()
-            .with_context(|| format!("writing {}", self.tb.path().display()))?;
-        self.jsonl
-            .flush()
-            .with_context(|| format!("writing {}", self.jsonl_path.display()))?;
+            .with_context(|| format!("writing {}", w.jsonl_path.display()))?;
         Ok(())
     }
 }

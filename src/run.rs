@@ -231,8 +231,9 @@ fn prepared_data(run_dir: &Path, d: &config::DataConfig) -> Result<Option<data::
 /// written), and the checkpoint to resume from, if any.
 pub struct Start {
     pub run_dir: PathBuf,
-    /// The run directory's exclusive lock, held while the run trains ([`crate::lock`]).
-    pub lock: lock::DirLock,
+    /// The run directory's exclusive lock, held while the run trains ([`crate::lock`]); `None`
+    /// on the MPI ranks other than rank 0, which write nothing ([`Start::follower`]).
+    pub lock: Option<lock::DirLock>,
     /// Whether this start created the run directory.
     pub created_dir: bool,
     /// sha256 of the run's `resolved.toml` as it was before this start (when resuming): the
@@ -244,12 +245,31 @@ pub struct Start {
     /// Things to tell the user: checkpoints passed over (corrupt files, unreadable state), an
     /// earlier start's files replaced.
     pub warnings: Vec<String>,
-    pub provenance: Provenance,
+    /// What `provenance.json` holds (`None` on the ranks other than rank 0).
+    pub provenance: Option<Provenance>,
 }
 
 impl Start {
     pub fn resumed_step(&self) -> Option<u64> {
         self.resume_from.as_ref().map(|(s, _)| *s)
+    }
+
+    /// The start of an MPI rank other than rank 0: the run directory rank 0 locked and
+    /// prepared, and the checkpoint it chose, without a lock or anything written.
+    pub fn follower(
+        run_dir: PathBuf,
+        previous_digest: Option<String>,
+        resume_from: Option<(u64, PathBuf)>,
+    ) -> Start {
+        Start {
+            run_dir,
+            lock: None,
+            created_dir: false,
+            previous_digest,
+            resume_from,
+            warnings: Vec::new(),
+            provenance: None,
+        }
     }
 }
 
@@ -354,8 +374,9 @@ pub fn clear_stub(dir: &Path) {
 /// that never reached a checkpoint are replaced, whatever its configuration. `resume` requires
 /// the same configuration as the run's `resolved.toml` (read with today's defaults, so that a
 /// setting added to sinklab since the run started still matches); with no checkpoint to resume
-/// it starts from step 0.
-pub fn start(exp: &Experiment, resume: bool) -> Result<Start> {
+/// it starts from step 0. `ranks` are the MPI ranks that train the run, for the provenance
+/// (empty: one process).
+pub fn start(exp: &Experiment, resume: bool, ranks: Vec<backend::RankInfo>) -> Result<Start> {
     let run_dir = exp.run_dir();
     let resolved_path = run_dir.join("resolved.toml");
     let foreign = |names: Vec<String>| {
@@ -418,7 +439,9 @@ pub fn start(exp: &Experiment, resume: bool) -> Result<Start> {
     };
     let resumed_step = resume_from.as_ref().map(|(s, _)| *s);
     checkpoint::write_atomic(&resolved_path, exp.to_toml().as_bytes())?;
-    let provenance = Provenance::collect(exp.run.device, exp.run.seed, resumed_step);
+    let mut provenance = Provenance::collect(exp.run.device, exp.run.seed, resumed_step);
+    provenance.world_size = ranks.len().max(1);
+    provenance.ranks = ranks;
     let prov_name = match resumed_step {
         None => "provenance.json".to_string(),
         Some(s) => format!("provenance.resume_{s:08}.json"),
@@ -429,11 +452,11 @@ pub fn start(exp: &Experiment, resume: bool) -> Result<Start> {
     )?;
     Ok(Start {
         run_dir,
-        lock,
+        lock: Some(lock),
         created_dir,
         previous_digest,
         resume_from,
-        provenance,
+        provenance: Some(provenance),
         warnings,
     })
 }
@@ -474,7 +497,8 @@ fn newest_good_checkpoint(run_dir: &Path, warnings: &mut Vec<String>) -> Result<
 /// held; the lock file goes last.
 pub fn discard_stub(start: &Start) {
     let dir = &start.run_dir;
-    if start.resume_from.is_some() || dir_state(dir) != DirState::Stub {
+    // a rank other than rank 0 holds no lock and wrote nothing
+    if start.lock.is_none() || start.resume_from.is_some() || dir_state(dir) != DirState::Stub {
         return;
     }
     clear_stub(dir);

@@ -6,6 +6,7 @@
 use crate::backend;
 use crate::config::{self, Experiment, Precision};
 use crate::data::{self, Batch, Dataset, Sampler};
+use crate::dist::{self, World};
 use crate::eval::{eval_loss, probe_metrics};
 use crate::metrics::HEADLINE_EPS;
 use crate::model::{self, Lm};
@@ -21,7 +22,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 mod step;
-pub use step::{StepLoss, attention_path, gradients, update_on_device};
+pub use step::{StepLoss, attention_path, gradients, gradients_of, update_on_device};
 
 /// Options of `sinklab train` beyond the experiment file.
 #[derive(Debug, Clone, Default)]
@@ -169,6 +170,8 @@ struct Trainer<'a> {
     device: Device,
     base_device: Device,
     workers: Workers,
+    /// The MPI ranks training this run (one process: a world of one).
+    world: &'a World,
     rec: Recorder,
     vocab: usize,
     start_step: u64,
@@ -243,6 +246,7 @@ impl<'a> Trainer<'a> {
         exp: &'a Experiment,
         start: &run::Start,
         memory: &crate::memory::Check,
+        world: &'a World,
         log: &mut dyn FnMut(&str),
     ) -> Result<Self> {
         for w in &start.warnings {
@@ -250,14 +254,16 @@ impl<'a> Trainer<'a> {
         }
         let run_dir = start.run_dir.clone();
         // the device first: a backend that is not compiled in fails before any data work
-        let base_device = backend::device(exp.run.device)?;
+        let base_device = backend::device_at(exp.run.device, world.gpu_index())?;
         backend::check_precision(exp.run.device, &base_device, exp.train.precision)?;
         let data = Dataset::prepare(&exp.data, log)?;
-        std::fs::copy(
-            data.dir.join("tokenizer.json"),
-            run_dir.join("tokenizer.json"),
-        )?;
-        run::record_prepared_data(&run_dir, &data)?;
+        if world.is_root() {
+            std::fs::copy(
+                data.dir.join("tokenizer.json"),
+                run_dir.join("tokenizer.json"),
+            )?;
+            run::record_prepared_data(&run_dir, &data)?;
+        }
         let vocab = exp.model.vocab_size.unwrap_or(data.vocab_size());
         if vocab < data.vocab_size() {
             bail!(
@@ -341,7 +347,10 @@ impl<'a> Trainer<'a> {
         )?;
         sampler.apply_token_changes(&mut probe);
         let head_probe = data::repeat::live_probe(&exp.metrics.heads, &data, exp.data.bos)?;
-        let mut rec = Recorder::open(&run_dir, start.resumed_step())?;
+        let mut rec = match world.is_root() {
+            true => Recorder::open(&run_dir, start.resumed_step())?,
+            false => Recorder::disabled(), // rank 0 is the one writer
+        };
         if start.resume_from.is_none() {
             rec.text(
                 "config/resolved_toml",
@@ -356,17 +365,14 @@ impl<'a> Trainer<'a> {
             )?;
         }
         let accum = exp.accumulation();
-        let workers = if exp.run.devices > 1 {
-            let devices = backend::devices(exp.run.device, exp.run.devices)?;
-            Workers::for_devices(devices.into_iter().map(|d| d.autodiff()).collect())
-        } else {
-            Workers::for_device(exp.run.device == config::DeviceKind::Flex, accum)
-        };
+        let mine = dist::share(accum, world.rank(), world.size()).len();
+        let workers = Workers::for_device(exp.run.device == config::DeviceKind::Flex, mine);
         let plural = |n: usize, s: &'static str| if n == 1 { "" } else { s };
         log(&format!(
-            "{accum} micro-batch{} of {} sequences per step on {} worker{} × {} thread{}",
+            "{accum} micro-batch{} of {} sequences per step{} on {} worker{} × {} thread{}",
             plural(accum, "es"),
             exp.train.micro_batch,
+            dist::ranks_note(world, mine),
             workers.len(),
             plural(workers.len(), "s"),
             workers.threads_per_worker(),
@@ -390,6 +396,7 @@ impl<'a> Trainer<'a> {
             device,
             base_device,
             workers,
+            world,
             rec,
             vocab,
             start_step,
@@ -419,9 +426,10 @@ impl<'a> Trainer<'a> {
             })
             .collect();
         let scale = self.loss_scale.as_ref().map_or(1.0, |l| l.scale);
-        let (grads, loss) = gradients(
+        let (grads, loss) = gradients_of(
             self.model(),
             &batches,
+            dist::share(batches.len(), self.world.rank(), self.world.size()),
             &self.device,
             &self.workers,
             exp.train.precision,
@@ -445,6 +453,8 @@ impl<'a> Trainer<'a> {
             return Ok(StepStats { loss, lr, gnorm });
         }
         let loss = loss.read();
+        // summed over the MPI ranks (a no-op for one process)
+        let (grads, loss) = dist::sum_gradients(self.world, grads, loss, step)?;
         let gnorm = grads.global_norm() / scale;
         if let Some(ls) = &mut self.loss_scale {
             // f16: a step that overflowed is skipped and the scale halved
@@ -484,10 +494,11 @@ impl<'a> Trainer<'a> {
 
     /// Whether this run's steps keep their reductions on the device ([`update_on_device`]):
     /// on a GPU, except under f16 loss scaling, whose skip-or-update decision reads the loss
-    /// and the norm before the update. On the CPU the host reads are free and the f64 norm of
+    /// and the norm before the update, and except with several MPI ranks, whose gradient sum
+    /// goes through the host anyway. On the CPU the host reads are free and the f64 norm of
     /// the CPU kernels is kept.
     fn on_device_step(&self) -> bool {
-        !backend::is_cpu(&self.base_device) && self.loss_scale.is_none()
+        !backend::is_cpu(&self.base_device) && self.loss_scale.is_none() && self.world.size() == 1
     }
 
     /// The error of a non-finite loss or gradient norm at `step`.
@@ -510,8 +521,11 @@ impl<'a> Trainer<'a> {
         )
     }
 
-    /// `val/loss` (and `val/loss_unchanged`) at `step`.
+    /// `val/loss` (and `val/loss_unchanged`) at `step` (rank 0 alone).
     fn evaluate(&mut self, step: u64) -> Result<()> {
+        if !self.world.is_root() {
+            return Ok(());
+        }
         let chunk = self.exp.train.micro_batch;
         let v = eval_loss(self.model(), &self.val, chunk, &self.base_device);
         let mut scalars = vec![("val/loss".to_string(), v)];
@@ -530,8 +544,11 @@ impl<'a> Trainer<'a> {
     }
 
     /// Every sink metric and gain on the probe set at `step`, the per-head sink map, and the
-    /// live head scores with their maps (`metrics.heads`).
+    /// live head scores with their maps (`metrics.heads`). Rank 0 alone.
     fn probe(&mut self, step: u64) -> Result<()> {
+        if !self.world.is_root() {
+            return Ok(());
+        }
         let chunk = self.exp.train.micro_batch;
         let report = probe_metrics(
             self.model(),
@@ -576,6 +593,17 @@ pub fn train(
     opts: &TrainOptions,
     log: &mut dyn FnMut(&str),
 ) -> Result<TrainSummary> {
+    train_in(&World::single(), exp, opts, log)
+}
+
+/// [`train`] as one rank of `world` (`mpirun -np N sinklab train`: [`crate::dist`]); rank 0
+/// writes everything, the summary every rank returns has the losses of the whole step.
+pub fn train_in(
+    world: &World,
+    exp: &Experiment,
+    opts: &TrainOptions,
+    log: &mut dyn FnMut(&str),
+) -> Result<TrainSummary> {
     if opts.resume
         && let Some(done) = already_finished(exp)?
     {
@@ -594,16 +622,17 @@ pub fn train(
     // Memory first: a run that cannot fit is refused before anything is written or built.
     let trainable = crate::model::trainable_elements(exp)?;
     let memory = crate::memory::preflight(exp, opts.skip_memory_check, trainable)?;
-    // The run directory, locked for the whole of this function (`start.lock`).
-    let start = run::start(exp, opts.resume)?;
+    // The run directory, locked for the whole of this function (`start.lock`; by rank 0).
+    let start = dist::start(world, exp, opts.resume, &dist::device_name(world, exp))?;
     // A fresh start that fails before step 0 is recorded leaves nothing behind (and one killed
     // before its first checkpoint leaves files the next start replaces).
     let discard = |e: anyhow::Error| {
         run::discard_stub(&start);
         e
     };
-    let mut t = Trainer::open(exp, &start, &memory, log).map_err(discard)?;
+    let mut t = Trainer::open(exp, &start, &memory, world, log).map_err(discard)?;
     let (start_step, total) = (t.start_step, exp.train.steps);
+    dist::check_weights(world, t.model(), start_step, log).map_err(discard)?;
     if start_step == 0 {
         let first = t.evaluate(0).and_then(|_| t.probe(0));
         if let Err(e) = first {
@@ -671,7 +700,7 @@ pub fn train(
         bar.inc(1);
 
         let last = done == total;
-        let signalled = interrupted();
+        let signalled = world.any(interrupted()); // every rank stops at the same step
         let stopping = opts.stop_after == Some(done) || signalled;
         let mut parts = Vec::new();
         if done % exp.train.eval_every == 0 || last {
@@ -697,19 +726,22 @@ pub fn train(
             }
         }
         if done % exp.train.checkpoint_every == 0 || last || stopping {
+            dist::check_weights(world, t.model(), done, log)?;
             // events and records up to this step reach the disk before the checkpoint that a
             // resume starts from
             t.rec.flush()?;
-            run::save_checkpoint(
-                &t.run_dir,
-                exp,
-                t.model(),
-                &t.adam,
-                done,
-                t.vocab,
-                t.loss_scale.as_ref(),
-                t.summary.first_loss,
-            )?;
+            if world.is_root() {
+                run::save_checkpoint(
+                    &t.run_dir,
+                    exp,
+                    t.model(),
+                    &t.adam,
+                    done,
+                    t.vocab,
+                    t.loss_scale.as_ref(),
+                    t.summary.first_loss,
+                )?;
+            }
         }
         if stopping && !last {
             t.rec.flush()?;
@@ -730,7 +762,10 @@ pub fn train(
     let steps_run = summary.steps_done - start_step;
     summary.tokens_per_s =
         tokens_per_step * steps_run as f64 / t0.elapsed().as_secs_f64().max(1e-9);
-    let s = serde_json::to_string_pretty(&summary)?;
-    crate::checkpoint::write_atomic(&t.run_dir.join("summary.json"), s.as_bytes())?;
+    if world.is_root() {
+        let s = serde_json::to_string_pretty(&summary)?;
+        crate::checkpoint::write_atomic(&t.run_dir.join("summary.json"), s.as_bytes())?;
+    }
+    world.barrier(); // no rank ends (and no launcher kills the job) while rank 0 writes
     Ok(summary)
 }

@@ -57,9 +57,30 @@ pub struct Args {
     /// --heads: sequences of the repeat task.
     #[arg(long, default_value_t = 4, requires = "heads")]
     pub sequences: usize,
+    /// Under `mpirun -np N` (a sinklab built with --features mpi): time the sum of one step's
+    /// gradients over the ranks — the experiment's parameter count in f32, in the buckets
+    /// training uses — --steps times after --warmup; the slowest rank's median, and the
+    /// bandwidth (docs/distributed.md models the step time at N ranks from it).
+    #[arg(long, conflicts_with_all = ["forward", "decode", "heads"])]
+    pub allreduce: bool,
+    /// --allreduce: sum this many f32 values instead of the experiment's trainable parameters
+    /// (e.g. 60000000 for a 60M model without its embeddings).
+    #[arg(long, value_name = "N", requires = "allreduce")]
+    pub values: Option<usize>,
 }
 
 pub fn run(a: Args) -> Result<()> {
+    if a.allreduce {
+        return allreduce(a);
+    }
+    if let Some(l) = crate::dist::launch::detect() {
+        anyhow::bail!(
+            "rank {} of {} ({}): of the benchmarks only --allreduce runs as several MPI ranks",
+            l.rank,
+            l.size,
+            l.launcher
+        );
+    }
     if a.heads {
         return heads(a);
     }
@@ -188,5 +209,47 @@ fn heads(a: Args) -> Result<()> {
         r.max_abs_diff
     );
     println!("peak RSS: {:.0} MiB", r.peak_rss_mib);
+    Ok(())
+}
+
+/// `--allreduce`: every rank times the sum; rank 0 prints.
+fn allreduce(a: Args) -> Result<()> {
+    let world = crate::dist::World::from_env()?;
+    let exp = a.overrides.load(&a.experiment)?;
+    let vocab = crate::memory::planned_vocab(&exp)?;
+    let trainable = crate::memory::estimate::param_count(&exp.model, vocab).trainable as usize;
+    let values = a.values.unwrap_or(trainable);
+    let r = crate::dist::bench::allreduce(&world, values, a.warmup, a.steps)?;
+    if !world.is_root() {
+        return Ok(());
+    }
+    if a.json {
+        println!("{}", serde_json::to_string(&r)?);
+        return Ok(());
+    }
+    let mut hosts = r.hosts.clone();
+    hosts.dedup();
+    println!(
+        "sinklab bench --allreduce: {} ({} trainable parameters) | {} f32 = {:.1} MB in {} \
+         bucket(s) | {} ranks on {} ({})",
+        exp.run.name,
+        crate::memory::estimate::count(trainable as u64),
+        r.values,
+        r.bytes as f64 / 1e6,
+        r.buckets,
+        r.ranks,
+        hosts.join(", "),
+        r.launcher.as_deref().unwrap_or("?")
+    );
+    println!(
+        "all-reduce per step (slowest rank): median {:.2} ms, min {:.2} ms over {} steps",
+        1e3 * r.median_s,
+        1e3 * r.min_s,
+        r.times_s.len()
+    );
+    println!(
+        "bandwidth: {:.2} GB/s algorithm (bytes / time), {:.2} GB/s bus (2(N-1)/N x bytes / time)",
+        r.algbw_gb_s, r.busbw_gb_s
+    );
     Ok(())
 }

@@ -120,6 +120,22 @@ pub enum Cmd {
 
 /// Run a parsed command line.
 pub fn run(cli: Cli) -> Result<()> {
+    // Only `train` (and `bench --allreduce`) run as several MPI ranks; any other command
+    // started by mpirun or srun would run once per rank, each writing the same files.
+    if !matches!(cli.cmd, Cmd::Train(_) | Cmd::Bench(_))
+        && let Some(l) = crate::dist::launch::detect()
+    {
+        anyhow::bail!(
+            "this process is rank {} of {} started by {}: only `sinklab train` (and `sinklab \
+             bench --allreduce`) run as several ranks; this command would run {} times. Start it \
+             as one process, without {}",
+            l.rank,
+            l.size,
+            l.launcher,
+            l.size,
+            l.launcher
+        );
+    }
     match cli.cmd {
         Cmd::Train(a) => train::run(a),
         Cmd::Check(a) => check::run(a),

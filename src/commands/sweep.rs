@@ -64,13 +64,24 @@ pub struct ClusterArgs {
     /// Time limit per task: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS.
     #[arg(long, value_name = "LIMIT")]
     pub time: Option<String>,
-    /// GPUs per task (--gres=gpu:N); by default what the runs' run.devices ask for on a GPU
-    /// backend, none for CPU runs.
+    /// GPUs per task (--gres=gpu:N; with --ranks per rank, --gpus-per-task=N); by default 1
+    /// for runs on a GPU backend, none for CPU runs.
     #[arg(long, value_name = "N")]
     pub gpus_per_task: Option<u32>,
-    /// CPUs per task; a task trains with that many threads.
+    /// CPUs per task (with --ranks per rank); a task (rank) trains with that many threads.
     #[arg(long, value_name = "N")]
     pub cpus_per_task: Option<u32>,
+    /// MPI ranks per run (--ntasks): each run starts as `srun --mpi=PLUGIN --ntasks=N sinklab
+    /// train`, one rank per GPU or CPU share (a sinklab built with the `mpi` feature). With
+    /// --index (what the array task runs): start the run that way.
+    #[arg(long, value_name = "N")]
+    pub ranks: Option<u32>,
+    /// Machines per run (--nodes), at most --ranks.
+    #[arg(long, value_name = "N")]
+    pub nodes: Option<u32>,
+    /// srun's MPI plugin for runs of several ranks (default pmix; `srun --mpi=list`).
+    #[arg(long, value_name = "PLUGIN")]
+    pub mpi: Option<String>,
 }
 
 impl ClusterArgs {
@@ -81,6 +92,9 @@ impl ClusterArgs {
             time: self.time.clone(),
             gpus_per_task: self.gpus_per_task,
             cpus_per_task: self.cpus_per_task,
+            ranks: self.ranks,
+            nodes: self.nodes,
+            mpi: self.mpi.clone(),
             extra: Vec::new(),
         }
     }
@@ -98,14 +112,36 @@ pub fn run(a: Args) -> Result<()> {
             Some(crate::lock::acquire(&plan.dir, "sweep")?)
         }
     };
-    let flags = a.cluster.options();
+    let mut flags = a.cluster.options();
     if a.emit.is_some() || a.submit {
         return emit_slurm(&a, &plan, &exps, &flags);
     }
+    // An array task of a sweep with ranks (`--index I --ranks R --mpi P`) starts its run as
+    // MPI ranks with srun.
+    let ranks = match (a.index, flags.ranks.take(), flags.mpi.take()) {
+        (Some(_), Some(r), mpi) if r > 1 => Some(slurm::RankLaunch {
+            ranks: r,
+            mpi: mpi.unwrap_or_else(|| slurm::DEFAULT_MPI.to_string()),
+        }),
+        (Some(_), Some(_) | None, None) => None,
+        (index, r, mpi) => {
+            flags.ranks = r.filter(|_| index.is_none());
+            flags.mpi = mpi;
+            None
+        }
+    };
+    if ranks.is_some() && std::env::var_os("SLURM_JOB_ID").is_none() {
+        bail!(
+            "--ranks with --index starts the run with srun, inside a SLURM job (the array \
+             task of `sinklab sweep --submit`); outside SLURM train with `mpirun -np N sinklab \
+             train plans/RUN.toml --resume`"
+        );
+    }
     if flags != slurm::Options::default() {
         bail!(
-            "--partition, --account, --time, --gpus-per-task and --cpus-per-task apply to \
-             --emit slurm and --submit"
+            "--partition, --account, --time, --gpus-per-task, --cpus-per-task, --nodes and \
+             --mpi apply to --emit slurm and --submit (--ranks and --mpi also to an array task's \
+             --index)"
         );
     }
     if a.dry_run {
@@ -127,7 +163,8 @@ pub fn run(a: Args) -> Result<()> {
         sweep::STOP.store(true, std::sync::atomic::Ordering::SeqCst);
         train::INTERRUPT.store(true, std::sync::atomic::Ordering::SeqCst);
     })?;
-    let o = sweep::run(&plan, &exps, a.jobs, a.index, a.skip_memory_check, &|m| {
+    let how = (a.jobs, a.index, ranks.as_ref());
+    let o = sweep::run(&plan, &exps, how, a.skip_memory_check, &|m| {
         eprintln!("{m}")
     })?;
     println!(

@@ -1,6 +1,7 @@
 //! `sinklab train`.
 
 use super::Overrides;
+use crate::dist::{self, World};
 use crate::metrics::HEADLINE_EPS;
 use crate::train::{self, TrainOptions};
 use anyhow::Result;
@@ -29,17 +30,68 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<()> {
+    // One process, or one of the MPI ranks a launcher started (docs/distributed.md).
+    let world = World::from_env()?;
+    if world.size() == 1 {
+        let code = run_in(&world, a)?;
+        if code != 0 {
+            std::process::exit(code);
+        }
+        return Ok(());
+    }
+    world.configure_threads();
+    match run_in(&world, a) {
+        Ok(code) => {
+            drop(world); // MPI_Finalize, on every rank, before the exit status
+            if code != 0 {
+                std::process::exit(code);
+            }
+            Ok(())
+        }
+        Err(e) => {
+            // Every rank ends now: an error every rank reached together is reported by rank 0
+            // and ends the job cleanly; one of this rank alone aborts the others.
+            let agreed = dist::agreed(&e).map(|a| a.code);
+            if world.is_root() || agreed.is_none() {
+                eprintln!("error ({}): {e:#}", world.who());
+            }
+            match agreed {
+                Some(code) => {
+                    drop(world);
+                    std::process::exit(code)
+                }
+                None => world.abort(if crate::lock::is_busy(&e) {
+                    crate::lock::EXIT_BUSY
+                } else {
+                    1
+                }),
+            }
+        }
+    }
+}
+
+/// `sinklab train` as one rank of `world`; the exit status (130: interrupted).
+fn run_in(world: &World, a: Args) -> Result<i32> {
     let exp = a.overrides.load(&a.experiment)?;
     let opts = TrainOptions {
         resume: a.resume,
         stop_after: a.stop_after,
-        quiet: a.quiet,
+        quiet: a.quiet || !world.is_root(), // no progress bar on the other ranks
         skip_memory_check: a.skip_memory_check,
     };
     ctrlc::set_handler(|| {
         train::INTERRUPT.store(true, std::sync::atomic::Ordering::SeqCst);
     })?;
-    let summary = train::train(&exp, &opts, &mut |m| eprintln!("{m}"))?;
+    // rank 0 speaks for the run; the other ranks print only their errors
+    let root = world.is_root();
+    let summary = train::train_in(world, &exp, &opts, &mut |m| {
+        if root {
+            eprintln!("{m}")
+        }
+    })?;
+    if !root {
+        return Ok(if summary.interrupted { 130 } else { 0 });
+    }
     let s = &summary;
     let val = match (s.last_val_loss, s.last_val_step) {
         (Some(v), Some(at)) => format!("val loss {v:.4} (step {at})"),
@@ -55,12 +107,9 @@ pub fn run(a: Args) -> Result<()> {
             s.steps_done,
             s.total_steps,
             s.run_dir.display(),
-            resume_command()
+            resume_command(world)
         );
-        if why == "interrupted" {
-            std::process::exit(130);
-        }
-        return Ok(());
+        return Ok(if why == "interrupted" { 130 } else { 0 });
     }
     println!(
         "done: {}, loss {:.4} -> {:.4}, {val}, Sink1(eps={HEADLINE_EPS}) {:.1}%, \
@@ -74,12 +123,17 @@ pub fn run(a: Args) -> Result<()> {
         s.run_dir.display(),
         s.run_dir.display()
     );
-    Ok(())
+    Ok(0)
 }
 
-/// This command line as `--resume` of the same run: `--stop-after N` dropped, `--resume` added.
-fn resume_command() -> String {
-    let mut out: Vec<String> = Vec::new();
+/// This command line as `--resume` of the same run: `--stop-after N` dropped, `--resume` added;
+/// under a launcher, that launcher's (any N resumes it).
+fn resume_command(world: &World) -> String {
+    let mut out: Vec<String> = match world.launcher() {
+        Some("srun") => vec!["srun".into(), "-n".into(), world.size().to_string()],
+        Some(_) => vec!["mpirun".into(), "-np".into(), world.size().to_string()],
+        None => Vec::new(),
+    };
     let mut args = std::env::args();
     while let Some(a) = args.next() {
         if a == "--stop-after" {

@@ -41,9 +41,9 @@ pub struct RunConfig {
     pub seed: u64,
     /// Backend device: `flex` (CPU), `wgpu`, `cuda` (each needs its cargo feature).
     pub device: DeviceKind,
-    /// Data parallelism over this many GPUs of `device` (cuda: devices 0..N; wgpu: discrete
-    /// GPUs 0..N): each takes its share of the micro-batches, gradients are summed on device 0.
-    /// The CPU backend already spreads micro-batches over every core, so `flex` needs 1.
+    /// Devices per process: 1. Several GPUs or machines train one run as MPI ranks, one
+    /// process per GPU (`mpirun -np N sinklab train`, docs/distributed.md); the key stays so
+    /// that every run directory's resolved.toml still reads (and resumes with the same digest).
     pub devices: usize,
 }
 

@@ -37,14 +37,15 @@ impl Experiment {
         let t = &self.train;
         let mt = &self.metrics;
 
-        if self.run.devices == 0 {
-            bad("run.devices", "found 0, expected ≥ 1".into());
-        } else if self.run.devices > 1 && self.run.device == DeviceKind::Flex {
+        if self.run.devices != 1 {
             bad(
                 "run.devices",
                 format!(
-                    "found {} with device = \"flex\": the CPU backend already runs micro-batches on \
-                     every core; use 1, or device = \"cuda\" / \"wgpu\" for several GPUs",
+                    "found {}, expected 1: a process trains on one device. For several GPUs or \
+                     machines start one MPI rank per GPU, `mpirun -np N sinklab train FILE` \
+                     (each rank takes the GPU of its local rank; a sinklab built with \
+                     `--features mpi`; docs/distributed.md); on the CPU one process already \
+                     uses every core",
                     self.run.devices
                 ),
             );

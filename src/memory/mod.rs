@@ -195,8 +195,10 @@ impl Check {
         }
         if exp.run.device != DeviceKind::Flex {
             msg.push_str(
-                "More run.devices would not lower this: device 0 holds the weights, the \
-                 optimizer state and every micro-batch's gradients.\n",
+                "More MPI ranks (GPUs) would not lower the weights, gradients and optimizer \
+                 state: every rank holds them all (data parallelism); they take the \
+                 micro-batches apart, so the activations of one micro-batch are what shrinks \
+                 only with train.micro_batch.\n",
             );
         }
         msg.push_str(&format!(

@@ -69,17 +69,6 @@ impl GradAccumulator {
         });
     }
 
-    /// Move every gradient to `device` (data parallelism over devices).
-    pub fn to_device(self, device: &burn::tensor::Device) -> Self {
-        Self {
-            grads: self
-                .grads
-                .into_iter()
-                .map(|(k, g)| (k, g.to_device(device)))
-                .collect(),
-        }
-    }
-
     /// Add another accumulator's gradients (name by name).
     pub fn merge(&mut self, other: GradAccumulator) {
         for (name, g) in other.grads {

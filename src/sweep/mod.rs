@@ -484,12 +484,13 @@ fn tail(path: &Path, from: u64, lines: usize) -> String {
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
-/// Run one run as a child process; returns its final status.
+/// Run one run as a child process (`sinklab train`, or `srun` of its MPI ranks when `ranks`
+/// says so); returns its final status.
 fn run_child(
     exe: &Path,
     plan: &Plan,
     run: &RunPlan,
-    threads: usize,
+    (threads, ranks): (usize, Option<&slurm::RankLaunch>),
     skip_memory_check: bool,
     children: &Mutex<Vec<u32>>,
 ) -> Result<RunStatus> {
@@ -535,7 +536,14 @@ fn run_child(
         seconds: 0.0,
     })?;
     let t0 = std::time::Instant::now();
-    let mut cmd = std::process::Command::new(exe);
+    let mut cmd = match ranks {
+        None => std::process::Command::new(exe),
+        Some(l) => {
+            let mut c = std::process::Command::new("srun");
+            c.args(l.srun_args()).arg(exe);
+            c
+        }
+    };
     cmd.arg("train")
         .arg(plan.dir.join("plans").join(format!("{}.toml", run.name)))
         .arg("--resume")
@@ -557,9 +565,10 @@ fn run_child(
             });
         }
     }
-    let mut child = cmd
-        .spawn()
-        .with_context(|| format!("starting {}", exe.display()))?;
+    let mut child = cmd.spawn().with_context(|| match ranks {
+        None => format!("starting {}", exe.display()),
+        Some(_) => "starting srun (a run with [slurm] ranks runs inside a SLURM job)".into(),
+    })?;
     children.lock().expect("children lock").push(child.id());
     let status = child.wait()?;
     children
@@ -614,13 +623,13 @@ pub fn threads_per_run(jobs: usize) -> usize {
 }
 
 /// Run (or continue) a sweep with `jobs` runs at a time; `only` restricts it to one run index
-/// (a SLURM array task). `skip_memory_check` is passed on to every run
+/// (a SLURM array task), `ranks` starts each run as MPI ranks with srun (a task of a sweep with
+/// `[slurm] ranks`). `skip_memory_check` is passed on to every run
 /// ([`crate::memory::SKIP_FLAG`]).
 pub fn run(
     plan: &Plan,
     exps: &[Experiment],
-    jobs: usize,
-    only: Option<usize>,
+    (jobs, only, ranks): (usize, Option<usize>, Option<&slurm::RankLaunch>),
     skip_memory_check: bool,
     log: &(dyn Fn(&str) + Sync),
 ) -> Result<SweepOutcome> {
@@ -663,6 +672,13 @@ pub fn run(
     // a bar on a terminal; without one its lines and about 20 progress lines still print
     let bar = crate::progress::Progress::new(total as u64, "sweep runs");
     let active = std::sync::atomic::AtomicUsize::new(0);
+    // srun takes a first SIGINT as a request for its status: it gets SIGTERM, which it
+    // forwards to the ranks.
+    let signal = if ranks.is_some() {
+        libc::SIGTERM
+    } else {
+        libc::SIGINT
+    };
     std::thread::scope(|scope| {
         let workers = jobs.min(total.max(1));
         active.store(workers, Ordering::SeqCst);
@@ -677,7 +693,8 @@ pub fn run(
                     };
                     let run = &plan.runs[i];
                     bar.println(&format!("start {}", run.name));
-                    let res = run_child(&exe, plan, run, threads, skip_memory_check, &children);
+                    let how = (threads, ranks);
+                    let res = run_child(&exe, plan, run, how, skip_memory_check, &children);
                     let mut o = outcome.lock().expect("outcome");
                     match res {
                         Ok(s) if s.state == "done" => {
@@ -730,7 +747,7 @@ pub fn run(
                         if signalled.insert(pid) {
                             // SAFETY: sending a signal to our own child process id.
                             unsafe {
-                                libc::kill(pid as libc::pid_t, libc::SIGINT);
+                                libc::kill(pid as libc::pid_t, signal);
                             }
                         }
                     }

@@ -8,20 +8,35 @@ use crate::eval::batch_tensors;
 use crate::model::{self, Lm};
 use crate::optim::{self, GradAccumulator, Optimizer};
 use crate::parallel::{self, Workers};
-use burn::module::Module;
 use burn::tensor::Device;
 
 /// Forward and backward over the micro-batches of one optimizer step: gradients summed over
-/// micro-batches and the step's mean loss. Each micro-batch's loss is divided by the step's
-/// total number of counted targets, so the sum is the mean over the whole step. Micro-batches
-/// run concurrently on `workers` (each on its own replica of the model); gradients and losses
-/// are summed in micro-batch order, so the result does not depend on the number of workers.
-/// The forward's matrix products run in `precision` (mixed precision; the gradients are f32);
-/// the backward starts from the loss times `loss_scale` (f16 loss scaling: the gradients come
-/// back multiplied by it, the returned loss does not).
+/// micro-batches and the step's mean loss ([`gradients_of`] every micro-batch).
 pub fn gradients(
     model: &Lm,
     batches: &[Batch],
+    device: &Device,
+    workers: &Workers,
+    precision: Precision,
+    loss_scale: f64,
+) -> (GradAccumulator, StepLoss) {
+    let all = 0..batches.len();
+    gradients_of(model, batches, all, device, workers, precision, loss_scale)
+}
+
+/// Forward and backward over the micro-batches `share` of one optimizer step's `batches` (all
+/// of them, or an MPI rank's block: [`crate::dist::share`]): their gradients summed and their
+/// part of the step's mean loss. Each micro-batch's loss is divided by the step's total number
+/// of counted targets, so the sum is the mean over the whole step. Micro-batches run
+/// concurrently on `workers` (each on its own replica of the model); gradients and losses are
+/// summed in micro-batch order, so the result does not depend on the number of workers.
+/// The forward's matrix products run in `precision` (mixed precision; the gradients are f32);
+/// the backward starts from the loss times `loss_scale` (f16 loss scaling: the gradients come
+/// back multiplied by it, the returned loss does not).
+pub fn gradients_of(
+    model: &Lm,
+    batches: &[Batch],
+    share: std::ops::Range<usize>,
     device: &Device,
     workers: &Workers,
     precision: Precision,
@@ -32,13 +47,10 @@ pub fn gradients(
         .flat_map(|b| b.loss_mask.iter())
         .map(|&m| m as f64)
         .sum();
-    let parts = workers.map(batches.len(), |i| {
-        let (replica, dev) = match workers.device_of(i) {
-            // A copy of the weights on the worker's device (a leaf of its own graph there).
-            Some(d) => (parallel::replica(&model.clone().fork(d)), d),
-            None => (parallel::replica(model), device),
-        };
-        let (x, y, m) = batch_tensors(&batches[i], dev);
+    let mine = &batches[share];
+    let parts = workers.map(mine.len(), |i| {
+        let replica = parallel::replica(model);
+        let (x, y, m) = batch_tensors(&mine[i], device);
         // The f32 leaves (`replica`) receive the gradients; the forward casts them at each
         // matrix product when `precision` is not f32.
         let logits = replica
@@ -53,11 +65,6 @@ pub fn gradients(
             (loss.clone() * loss_scale).backward()
         };
         grads.add(&replica, &backward);
-        let grads = if dev == device {
-            grads
-        } else {
-            grads.to_device(device)
-        };
         (grads, loss.inner())
     });
     let mut grads = GradAccumulator::default();

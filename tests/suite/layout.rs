@@ -11,7 +11,7 @@ const MAX_LINES: usize = 800;
 
 /// The layers of `src/`, bottom first (CONTRIBUTING.md "Architecture", src/lib.rs): a module may
 /// use only modules before it.
-const ORDER: [&str; 30] = [
+const ORDER: [&str; 31] = [
     "spa",
     "lock",
     "checkpoint",
@@ -35,6 +35,7 @@ const ORDER: [&str; 30] = [
     "generate",
     "recorder",
     "run",
+    "dist",
     "train",
     "interop",
     "analysis",

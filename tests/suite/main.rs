@@ -18,6 +18,7 @@ mod layout;
 mod memory;
 mod metrics_golden;
 mod model_golden;
+mod mpi;
 mod one_writer;
 mod precision;
 mod reliability;

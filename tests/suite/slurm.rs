@@ -16,7 +16,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Seconds between SIGTERM and SIGKILL when the cluster ends a job (SLURM's default).
-const KILL_WAIT: u64 = 30;
+pub(crate) const KILL_WAIT: u64 = 30;
 /// The longest the test waits for the cluster or a job.
 const PATIENCE: Duration = Duration::from_secs(180);
 
@@ -36,7 +36,7 @@ fn program(name: &str) -> PathBuf {
 }
 
 /// The last lines of a file, for failure messages.
-fn tail(p: &Path, lines: usize) -> String {
+pub(crate) fn tail(p: &Path, lines: usize) -> String {
     let text = std::fs::read_to_string(p).unwrap_or_default();
     let all: Vec<&str> = text.lines().collect();
     format!(
@@ -66,33 +66,33 @@ fn free_port() -> u16 {
         .port()
 }
 
-fn stdout_of(cmd: &mut Command) -> String {
+pub(crate) fn stdout_of(cmd: &mut Command) -> String {
     let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
 /// One job (or array task) as `scontrol show job` reports it.
 #[derive(Debug, Clone)]
-struct Job {
-    state: String,
-    exit_code: String,
+pub(crate) struct Job {
+    pub(crate) state: String,
+    pub(crate) exit_code: String,
     start: String,
     end: String,
     run_time: String,
 }
 
-/// A single-node SLURM cluster in a temporary directory; dropping it cancels its jobs and stops
-/// its daemons by their process ids.
-struct Cluster {
+/// A single-node SLURM cluster in a temporary directory (also the MPI tests', `crate::mpi`);
+/// dropping it cancels its jobs and stops its daemons by their process ids.
+pub(crate) struct Cluster {
     dir: tempfile::TempDir,
-    conf: PathBuf,
+    pub(crate) conf: PathBuf,
     node: String,
     /// munged, slurmctld, slurmd, in start order.
     daemons: Vec<(&'static str, Child)>,
 }
 
 impl Cluster {
-    fn start() -> Cluster {
+    pub(crate) fn start() -> Cluster {
         let (munged, slurmctld, slurmd) =
             (program("munged"), program("slurmctld"), program("slurmd"));
         for p in ["sbatch", "squeue", "scontrol", "scancel", "sinfo"] {
@@ -215,7 +215,7 @@ impl Cluster {
     }
 
     /// A SLURM client command talking to this cluster.
-    fn cmd(&self, name: &str) -> Command {
+    pub(crate) fn cmd(&self, name: &str) -> Command {
         let mut c = Command::new(program(name));
         c.env("SLURM_CONF", &self.conf);
         c
@@ -229,7 +229,7 @@ impl Cluster {
             .join("\n")
     }
 
-    fn wait_for(&self, what: &str, mut ready: impl FnMut() -> bool, logs: &[&str]) {
+    pub(crate) fn wait_for(&self, what: &str, mut ready: impl FnMut() -> bool, logs: &[&str]) {
         let t0 = Instant::now();
         while !ready() {
             if let Some((name, code)) = self.exited() {
@@ -289,7 +289,7 @@ impl Cluster {
     }
 
     /// Wait until every job of `ids` has ended; their final records.
-    fn wait_jobs(&self, ids: &[&str]) -> BTreeMap<String, Job> {
+    pub(crate) fn wait_jobs(&self, ids: &[&str]) -> BTreeMap<String, Job> {
         let live = [
             "PENDING",
             "RUNNING",
@@ -360,7 +360,7 @@ impl Drop for Cluster {
 }
 
 /// `prefix` followed by a number in `text`: the job id it names.
-fn job_id(text: &str, prefix: &str) -> String {
+pub(crate) fn job_id(text: &str, prefix: &str) -> String {
     let at = text
         .find(prefix)
         .unwrap_or_else(|| panic!("no `{prefix}` in:\n{text}"));

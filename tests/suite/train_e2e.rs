@@ -436,12 +436,14 @@ fn data_parallel_gradients_do_not_depend_on_the_worker_count() {
     }
 }
 
-/// Data parallelism over devices (`run.devices`): the per-device path (weights forked to each
-/// worker's device, gradients moved back and summed in micro-batch order) gives the gradients
-/// of one worker. Only CPU devices exist on CI, so both "devices" are the CPU here; the path is
-/// the one several GPUs take. `run.devices > 1` on the CPU backend is refused with a reason.
+/// Data parallelism over MPI ranks (`crate::dist`): each rank computes the gradients of its
+/// block of micro-batches (`train::gradients_of` over `dist::share`), the blocks' sums are
+/// added. Two blocks of one micro-batch each give the one-process gradients bit for bit (one
+/// addition, commutative); two blocks of two agree to f32 rounding (the additions regroup).
+/// `run.devices > 1` is refused, naming mpirun.
 #[test]
-fn gradients_over_several_devices_equal_one_worker() {
+fn gradients_of_rank_blocks_add_up_to_the_step() {
+    use sinklab::dist::share;
     use sinklab::parallel::Workers;
     let dir = tempfile::tempdir().unwrap();
     let exp = tiny_experiment(dir.path(), "ddp", &[]);
@@ -451,24 +453,51 @@ fn gradients_over_several_devices_equal_one_worker() {
     let batches: Vec<_> = (0..4)
         .map(|i| sinklab::data::validation_batch(&data, 2 + i, 16, true).unwrap())
         .collect();
-    let (one, l1) = train::gradients(&model, &batches, &dev, &Workers::new(1, 1), F32, 1.0);
-    let devices = Workers::for_devices(vec![dev.clone(), dev.clone()]);
-    assert!(devices.device_of(3).is_some());
-    let (two, l2) = train::gradients(&model, &batches, &dev, &devices, F32, 1.0);
-    let (l1, l2) = (l1.read(), l2.read());
-    assert!((l1 - l2).abs() < 1e-9 * l1.abs(), "{l1} vs {l2}");
-    assert_eq!(one.grads.len(), two.grads.len());
-    for (name, g) in &one.grads {
-        let a = g.clone().into_data().try_to_vec::<f32>().unwrap();
-        let b = two.grads[name]
-            .clone()
-            .into_data()
-            .try_to_vec::<f32>()
-            .unwrap();
-        assert_eq!(a, b, "{name}");
+    let one = Workers::new(1, 1);
+    let host = |g: &sinklab::optim::GradAccumulator| -> Vec<(String, Vec<f32>)> {
+        g.grads
+            .iter()
+            .map(|(k, v)| (k.clone(), v.to_data().try_to_vec::<f32>().unwrap()))
+            .collect()
+    };
+    for accum in [2, 4] {
+        let step = &batches[..accum];
+        let (whole, lw) = train::gradients(&model, step, &dev, &one, F32, 1.0);
+        let lw = lw.read();
+        assert_eq!(
+            (share(accum, 0, 2), share(accum, 1, 2)),
+            (0..accum / 2, accum / 2..accum)
+        );
+        let parts: Vec<_> = (0..2)
+            .map(|r| train::gradients_of(&model, step, share(accum, r, 2), &dev, &one, F32, 1.0))
+            .collect();
+        let mut sum = sinklab::optim::GradAccumulator::default();
+        let mut loss = 0.0;
+        for (g, l) in parts {
+            sum.merge(g);
+            loss += l.read();
+        }
+        assert!(
+            (loss - lw).abs() <= 1e-12 * lw.abs(),
+            "{accum}: {loss} vs {lw}"
+        );
+        for ((k, a), (_, b)) in host(&whole).iter().zip(host(&sum).iter()) {
+            if accum == 2 {
+                assert_eq!(a, b, "{k}: one micro-batch per rank gives the same bits");
+            }
+            let scale = a.iter().fold(0f32, |m, x| m.max(x.abs())).max(1e-12);
+            for (x, y) in a.iter().zip(b) {
+                assert!((x - y).abs() <= 1e-6 * scale, "{accum} {k}: {x} vs {y}");
+            }
+        }
     }
     let err = sinklab::config::load(&dir.path().join("ddp.toml"), &["run.devices=2".into()])
         .unwrap_err()
         .to_string();
-    assert!(err.contains("run.devices") && err.contains("cuda"), "{err}");
+    assert!(
+        err.contains("run.devices")
+            && err.contains("found 2, expected 1")
+            && err.contains("mpirun -np N"),
+        "{err}"
+    );
 }
