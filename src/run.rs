@@ -393,7 +393,7 @@ pub fn start(exp: &Experiment, resume: bool) -> Result<Start> {
     };
     let resumed_step = resume_from.as_ref().map(|(s, _)| *s);
     checkpoint::write_atomic(&resolved_path, exp.to_toml().as_bytes())?;
-    let provenance = Provenance::collect(exp.run.device, exp.run.seed, resumed_step);
+    let provenance = Provenance::collect(exp, resumed_step);
     let prov_name = match resumed_step {
         None => "provenance.json".to_string(),
         Some(s) => format!("provenance.resume_{s:08}.json"),
