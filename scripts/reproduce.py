@@ -139,6 +139,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("folder", help="e.g. experiments/results/quickstart")
     ap.add_argument("--sinklab", help="the binary to run (default: build it here)")
+    ap.add_argument("--built-by", help="with --sinklab: the command that built it, as recorded")
     ap.add_argument("--fresh", action="store_true", help="remove the run and sweep directories first")
     ap.add_argument("--into", default=REPO, help="the checkout whose folder is read and rewritten")
     ap.add_argument("--dry-run", action="store_true", help="print the commands only")
@@ -168,7 +169,7 @@ def main():
     if a.sinklab:
         exe = os.path.join(bindir, "sinklab")
         shutil.copy2(a.sinklab, exe)
-        built_with = f"given: {a.sinklab}"
+        built_with = a.built_by or f"given: {a.sinklab}"
     else:
         exe = build(bindir)
         built_with = "cargo build --release --locked"
