@@ -132,7 +132,27 @@ def describe_run(run_dir, folder_dir, sweep=None):
     else:
         entry.update(argv=argv[1:])
     entry["kernels"] = prov.get("kernels")
+    if prov.get("kernel_env"):
+        entry["kernel_env"] = prov["kernel_env"]
     return entry, prov
+
+
+def dumps(value, indent=0):
+    """JSON with lists of scalars on one line (a record read by people as well as tests)."""
+    pad = "  " * indent
+    if isinstance(value, dict) and value:
+        items = [f'{pad}  {json.dumps(k)}: {dumps(v, indent + 1)}' for k, v in value.items()]
+        return "{\n" + ",\n".join(items) + "\n" + pad + "}"
+    if isinstance(value, list) and value and any(isinstance(v, (dict, list)) for v in value):
+        if all(isinstance(v, list) and not any(isinstance(x, (dict, list)) for x in v) for v in value):
+            items = [pad + "  " + json.dumps(v, ensure_ascii=False) for v in value]
+        else:
+            items = [pad + "  " + dumps(v, indent + 1) for v in value]
+        return "[\n" + ",\n".join(items) + "\n" + pad + "]"
+    if isinstance(value, list) and len(json.dumps(value, ensure_ascii=False)) > 90:
+        items = [pad + "  " + json.dumps(v, ensure_ascii=False) for v in value]
+        return "[\n" + ",\n".join(items) + "\n" + pad + "]"
+    return json.dumps(value, ensure_ascii=False)
 
 
 def main():
@@ -143,6 +163,7 @@ def main():
     ap.add_argument("--fresh", action="store_true", help="remove the run and sweep directories first")
     ap.add_argument("--into", default=REPO, help="the checkout whose folder is read and rewritten")
     ap.add_argument("--dry-run", action="store_true", help="print the commands only")
+    ap.add_argument("--reformat", action="store_true", help="only rewrite the record's layout")
     a = ap.parse_args()
 
     folder_dir = os.path.join(os.path.abspath(a.into), a.folder)
@@ -151,6 +172,10 @@ def main():
         old = json.load(f)
     recipe = {k: old[k] for k in RECIPE if k in old}
     creates = recipe.get("runs", []) + recipe.get("sweeps", [])
+    if a.reformat:
+        with open(record_path, "w") as f:
+            f.write(dumps(old) + "\n")
+        return
     if a.dry_run:
         print("\n".join(recipe["commands"]))
         return
@@ -254,8 +279,7 @@ def main():
     }
     record["files"] = sorted(set(files))
     with open(record_path, "w") as f:
-        json.dump(record, f, indent=2, ensure_ascii=False)
-        f.write("\n")
+        f.write(dumps(record) + "\n")
     shutil.rmtree(bindir, ignore_errors=True)
     print(f"wrote {record_path} ({len(record['files'])} files); log: {log_path}")
 
