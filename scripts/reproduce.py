@@ -12,6 +12,7 @@ hand for a new folder:
     runs       run directories the commands create (their resolved.toml is recorded)
     sweeps     sweep directories the commands create (every run of sweep.json is recorded)
     inputs     run directories the commands read but do not create (recorded, not removed)
+    scratch    other directories the commands create (outputs to copy from; not recorded)
     copy       [source, destination] pairs, relative to the repository root: what the
                commands wrote that is shipped (a source may be a glob; a destination ending in
                `/` is a directory)
@@ -28,8 +29,8 @@ and the part this script writes (every field replaced on each run):
                resolves today to the same configuration.
     files      every file this script wrote (removed before the next run rewrites them)
 
-The run and sweep directories must not exist when it starts (a sweep would skip finished runs
-and report the old ones): --fresh removes them first. `--into ROOT` writes the folder's files
+The run, sweep and scratch directories must not exist when it starts (a sweep would skip
+finished runs and report the old ones): --fresh removes them first. `--into ROOT` writes the folder's files
 into another checkout (the commands still run here, where the revision is recorded): for
 running from a clean worktree while the one holding the folder is being edited.
 """
@@ -47,7 +48,7 @@ import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RECIPE = ("notes", "commands", "runs", "sweeps", "inputs", "copy")
+RECIPE = ("notes", "commands", "runs", "sweeps", "inputs", "scratch", "copy")
 
 
 def git(*args):
@@ -160,7 +161,7 @@ def main():
     ap.add_argument("folder", help="e.g. experiments/results/quickstart")
     ap.add_argument("--sinklab", help="the binary to run (default: build it here)")
     ap.add_argument("--built-by", help="with --sinklab: the command that built it, as recorded")
-    ap.add_argument("--fresh", action="store_true", help="remove the run and sweep directories first")
+    ap.add_argument("--fresh", action="store_true", help="remove the run, sweep and scratch directories first")
     ap.add_argument("--into", default=REPO, help="the checkout whose folder is read and rewritten")
     ap.add_argument("--dry-run", action="store_true", help="print the commands only")
     ap.add_argument("--reformat", action="store_true", help="only rewrite the record's layout")
@@ -171,7 +172,7 @@ def main():
     with open(record_path) as f:
         old = json.load(f)
     recipe = {k: old[k] for k in RECIPE if k in old}
-    creates = recipe.get("runs", []) + recipe.get("sweeps", [])
+    creates = recipe.get("runs", []) + recipe.get("sweeps", []) + recipe.get("scratch", [])
     if a.reformat:
         with open(record_path, "w") as f:
             f.write(dumps(old) + "\n")
@@ -185,6 +186,8 @@ def main():
                  "move them away or pass --fresh to remove them")
     for d in present:
         shutil.rmtree(os.path.join(REPO, d))
+    for d in recipe.get("scratch", []):
+        os.makedirs(os.path.join(REPO, d))
     missing = [d for d in recipe.get("inputs", []) if not os.path.exists(os.path.join(REPO, d))]
     if missing:
         sys.exit(f"inputs missing: {', '.join(missing)} (see the notes of {record_path})")
