@@ -149,14 +149,19 @@ fn folders() -> Vec<PathBuf> {
     v
 }
 
+/// Whether a folder's `produced.json` records a run (a recipe alone, not yet run, does not).
+fn produced(folder: &Path) -> bool {
+    std::fs::read_to_string(folder.join("produced.json"))
+        .ok()
+        .and_then(|s| serde_json::from_str::<serde_json::Value>(&s).ok())
+        .is_some_and(|r| r.get("produced").is_some())
+}
+
 #[test]
 fn shipped_configurations_equal_what_their_files_resolve_to_today() {
     let mut problems = Vec::new();
     let mut checked = 0;
-    for folder in folders()
-        .into_iter()
-        .filter(|f| f.join("produced.json").exists())
-    {
+    for folder in folders().into_iter().filter(|f| produced(f)) {
         problems.extend(check_folder(&folder));
         checked += 1;
     }
@@ -170,11 +175,10 @@ fn every_results_folder_has_a_record_or_says_why_not() {
     let mut problems = Vec::new();
     for folder in folders() {
         let name = folder.file_name().unwrap().to_string_lossy().to_string();
-        let has = folder.join("produced.json").exists();
-        match (has, listed.get(name.as_str())) {
+        match (produced(&folder), listed.get(name.as_str())) {
             (false, None) => problems.push(format!(
-                "experiments/results/{name}: no produced.json (write its recipe and run \
-                 scripts/reproduce.py, or list it in NOT_REPRODUCED with the reason)"
+                "experiments/results/{name}: no produced.json with a run in it (write its \
+                 recipe and run scripts/reproduce.py, or list it in NOT_REPRODUCED with why)"
             )),
             (true, Some(_)) => problems.push(format!(
                 "experiments/results/{name} has a produced.json: remove it from NOT_REPRODUCED"
@@ -184,9 +188,7 @@ fn every_results_folder_has_a_record_or_says_why_not() {
     }
     for name in listed.keys() {
         if !results_dir().join(name).is_dir() {
-            problems.push(format!(
-                "NOT_REPRODUCED lists {name}, which is not a folder"
-            ));
+            problems.push(format!("NOT_REPRODUCED lists {name}, which is not a folder"));
         }
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
