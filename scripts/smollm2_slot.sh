@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 sinklab=${SINKLAB:-target/release/sinklab}
 text=${TEXT:-/usr/share/common-licenses/GPL-3}
-out=experiments/results/smollm2_slot
+out=${OUT:-experiments/results/smollm2_slot}   # OUT: write elsewhere (scripts/reproduce.py)
 runs=("$@")
 [ ${#runs[@]} -gt 0 ] || runs=(smollm2 smollm2_sink_logit_init smollm2_sink_logit smollm2_sink_logit_qk smollm2_sink_logit_window)
 for run in "${runs[@]}"; do

@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 sinklab=${SINKLAB:-target/release/sinklab}
 sweep=${SWEEP:-runs/sweeps/cpu_streaming}
-out=experiments/results/streaming
+out=${OUT:-experiments/results/streaming}   # OUT: write elsewhere (scripts/reproduce.py)
 for run in base-vanilla_seed0 base-sink_token_seed0 base-softmax1_seed0; do
   d=$out/$run
   mkdir -p "$d"

@@ -4,7 +4,7 @@
 //! time from `[run] device` or `--device`. Asking for a backend that was not compiled in is an
 //! error naming the feature to enable: there is no silent fallback to the CPU.
 
-use crate::config::{DeviceKind, Precision};
+use crate::config::{DeviceKind, Experiment, Precision};
 use anyhow::{Result, bail};
 use burn::tensor::Device;
 use serde::Serialize;
@@ -170,6 +170,12 @@ pub struct Provenance {
     pub build_git_revision: &'static str,
     pub features: Vec<&'static str>,
     pub device: String,
+    /// The CPU the process ran on: the kernels' results depend on its vector width.
+    pub cpu: Cpu,
+    /// The kernel choices of this run ([`crate::kernels::summary`]; None: the explicit path
+    /// everywhere) and the environment variables that change them, as set.
+    pub kernels: Option<String>,
+    pub kernel_env: std::collections::BTreeMap<&'static str, String>,
     pub seed: u64,
     pub argv: Vec<String>,
     pub cwd: String,
@@ -195,6 +201,62 @@ pub struct RankInfo {
     pub pid: u32,
 }
 
+/// The CPU a process runs on, as far as it decides the kernels' summation order: the model
+/// name, the widest vector extension the CPU kernels use and the logical cores.
+#[derive(Debug, Clone, Serialize)]
+pub struct Cpu {
+    pub model: String,
+    /// "AVX-512" (avx512f), "AVX2" (avx2 and fma), or "scalar".
+    pub vector: &'static str,
+    pub cores: usize,
+}
+
+impl Cpu {
+    pub fn detect() -> Self {
+        let model = std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find(|l| l.starts_with("model name"))
+                    .and_then(|l| l.split_once(':'))
+                    .map(|(_, v)| v.trim().to_string())
+            })
+            .unwrap_or_else(|| std::env::consts::ARCH.to_string());
+        #[cfg(target_arch = "x86_64")]
+        let vector = if is_x86_feature_detected!("avx512f") {
+            "AVX-512"
+        } else if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+            "AVX2"
+        } else {
+            "scalar"
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        let vector = "scalar";
+        Self {
+            model,
+            vector,
+            cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        }
+    }
+}
+
+/// The environment variables that change which kernels run, and their values where set
+/// (`SINKLAB_KERNELS`, `SINKLAB_GEMM`).
+pub fn kernel_env() -> std::collections::BTreeMap<&'static str, String> {
+    let names = [
+        Some(crate::kernels::SWITCH),
+        #[cfg(feature = "flex")]
+        Some(crate::kernels::cpu::sgemm::ENV),
+        #[cfg(not(feature = "flex"))]
+        None,
+    ];
+    names
+        .into_iter()
+        .flatten()
+        .filter_map(|k| std::env::var(k).ok().map(|v| (k, v)))
+        .collect()
+}
+
 fn git(args: &[&str]) -> Option<String> {
     let out = std::process::Command::new("git").args(args).output().ok()?;
     out.status
@@ -203,7 +265,7 @@ fn git(args: &[&str]) -> Option<String> {
 }
 
 impl Provenance {
-    pub fn collect(device: DeviceKind, seed: u64, resumed_from_step: Option<u64>) -> Self {
+    pub fn collect(exp: &Experiment, resumed_from_step: Option<u64>) -> Self {
         let revision = git(&["rev-parse", "HEAD"]);
         let dirty = revision
             .as_ref()
@@ -216,8 +278,11 @@ impl Provenance {
             git_dirty: dirty,
             build_git_revision: env!("SINKLAB_BUILD_GIT"),
             features: compiled_features(),
-            device: device.name().to_string(),
-            seed,
+            device: exp.run.device.name().to_string(),
+            cpu: Cpu::detect(),
+            kernels: crate::kernels::summary(&exp.model, exp.run.device, exp.train.precision),
+            kernel_env: kernel_env(),
+            seed: exp.run.seed,
             argv: std::env::args().collect(),
             cwd: std::env::current_dir()
                 .map(|p| p.display().to_string())

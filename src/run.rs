@@ -439,7 +439,7 @@ pub fn start(exp: &Experiment, resume: bool, ranks: Vec<backend::RankInfo>) -> R
     };
     let resumed_step = resume_from.as_ref().map(|(s, _)| *s);
     checkpoint::write_atomic(&resolved_path, exp.to_toml().as_bytes())?;
-    let mut provenance = Provenance::collect(exp.run.device, exp.run.seed, resumed_step);
+    let mut provenance = Provenance::collect(exp, resumed_step);
     provenance.world_size = ranks.len().max(1);
     provenance.ranks = ranks;
     let prov_name = match resumed_step {

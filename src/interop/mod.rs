@@ -399,7 +399,7 @@ fn import_locked(
             imp.eot
         ));
         checkpoint::write_atomic(&tmp.join("resolved.toml"), exp.to_toml().as_bytes())?;
-        let prov = Provenance::collect(exp.run.device, exp.run.seed, None);
+        let prov = Provenance::collect(&exp, None);
         let mut prov = serde_json::to_value(&prov)?;
         prov["imported_from"] = imp.source.clone();
         checkpoint::write_atomic(

@@ -23,6 +23,7 @@ mod one_writer;
 mod precision;
 mod reliability;
 mod reproductions;
+mod results_provenance;
 mod skipless;
 mod slurm;
 mod sweep;
