@@ -202,13 +202,42 @@ pub fn spearman(a: &[f64], b: &[f64]) -> f64 {
     cov / (va * vb).sqrt()
 }
 
-/// Run `sinklab ablate`: writes its report (`ablate_<task>_<units>_<kind>_<metric>.json`) and
-/// the Δ map (or the control chart) beside it.
+/// Everything `sinklab ablate` needs before a model pass, every refusal made: the report's
+/// name claimed, the task's batch, the mean-ablation reference set, the target masks of each
+/// pass.
+pub struct AblatePlan {
+    pub claim: super::Claim,
+    pub task: super::tasks::TaskBatch,
+    /// `--mean-from natural | task`: the reference batch (None: the batch itself, or no mean).
+    pub reference: Option<crate::data::Batch>,
+    pub mean_ref: Option<MeanReference>,
+    /// The copy targets of each Bigram-Backcopy trigger (empty on other tasks).
+    pub targets: Vec<usize>,
+}
+
+/// One pass's result: the baseline metric and the scan or the named set's Δ.
+struct Pass {
+    baseline: f64,
+    scan: Option<Vec<Vec<f64>>>,
+    named: Option<Named>,
+    perm: Vec<usize>,
+}
+
+/// Run `sinklab ablate`: [`plan`] (every refusal), [`compute`] (the typed report, no files),
+/// [`render`] (the Δ map or the control chart and the report,
+/// `ablate_<task>_<units>_<kind>_<metric>.json`).
 pub fn ablate(run: &OpenRun, o: &AblateOptions, log: &mut dyn FnMut(&str)) -> Result<AblateReport> {
     let clock = std::time::Instant::now();
+    let plan = plan(run, o)?;
+    let mut report = compute(run, o, &plan, log)?;
+    report.seconds = clock.elapsed().as_secs_f64();
+    render(run, plan.claim, report)
+}
+
+/// The options checked against the run and the task drawn: every refusal of `ablate`.
+pub fn plan(run: &OpenRun, o: &AblateOptions) -> Result<AblatePlan> {
     let claim = o.dest.claim(run, super::names::ablate(o))?;
     let exp = &run.exp;
-    let cfg = &exp.model;
     let is_prompts = matches!(o.task, Task::Prompts { .. });
     if o.metric == Metric::LogitDiff && !is_prompts {
         bail!(
@@ -216,8 +245,8 @@ pub fn ablate(run: &OpenRun, o: &AblateOptions, log: &mut dyn FnMut(&str)) -> Re
              FILE (the JSON Lines file of sinklab patch --prompts), or --metric loss | kl here"
         );
     }
-    let tb = task_batch(run, &o.task, o.sequences, o.seed)?;
-    let batch = tb.batch;
+    let task = task_batch(run, &o.task, o.sequences, o.seed)?;
+    let batch = &task.batch;
     if o.kind == AblationKind::Resample && batch.batch < 2 {
         bail!(
             "--kind resample takes each sequence's activations from another sequence: it needs at \
@@ -225,22 +254,102 @@ pub fn ablate(run: &OpenRun, o: &AblateOptions, log: &mut dyn FnMut(&str)) -> Re
             batch.batch
         );
     }
+    // The reference set of a mean ablation.
+    let (reference, mean_ref) = match (o.kind, o.mean_from) {
+        (AblationKind::Mean, MeanFrom::Batch) => (
+            None,
+            Some(MeanReference {
+                from: MeanFrom::Batch,
+                sequences: batch.batch,
+                len: batch.len,
+                seed: o.seed,
+            }),
+        ),
+        (AblationKind::Mean, from) => {
+            let seed = o.seed.wrapping_add(1);
+            let rb = match (&o.task, from) {
+                (_, MeanFrom::Natural) => {
+                    crate::data::validation_batch(&run.data, batch.batch, batch.len, exp.data.bos)?
+                }
+                // a prompts file has no second draw: its corrupted prompts are the other sample
+                (Task::Prompts { file }, _) => super::tasks::file_pairs(run, file)?.corrupt,
+                _ => task_batch(run, &o.task, o.sequences, seed)?.batch,
+            };
+            if rb.len != batch.len {
+                bail!(
+                    "the mean-ablation reference set has {} tokens per sequence, the task {}",
+                    rb.len,
+                    batch.len
+                );
+            }
+            let r = MeanReference {
+                from,
+                sequences: rb.batch,
+                len: rb.len,
+                seed,
+            };
+            (Some(rb), Some(r))
+        }
+        (AblationKind::Zero | AblationKind::Resample | AblationKind::MoveToFirst, _) => {
+            (None, None)
+        }
+    };
+    let targets: Vec<usize> = task
+        .by_trigger
+        .iter()
+        .map(|m| {
+            weights(o, batch, Some(m))
+                .iter()
+                .filter(|&&w| w > 0.0)
+                .count()
+        })
+        .collect();
+    if let Some(i) = targets.iter().position(|&n| n == 0) {
+        bail!(
+            "--task bb: trigger {i} has no copy target among the {} positions of {} sequences; \
+             raise --sequences or --len",
+            serde_json::to_value(o.positions)?.as_str().unwrap_or(""),
+            batch.batch
+        );
+    }
+    Ok(AblatePlan {
+        claim,
+        task,
+        reference,
+        mean_ref,
+        targets,
+    })
+}
+
+/// The positions' weights of `batch`, restricted to `mask` (a pass's targets) when given.
+fn weights(o: &AblateOptions, batch: &crate::data::Batch, mask: Option<&Vec<f32>>) -> Vec<f32> {
+    let mut b = batch.clone();
+    if let Some(m) = mask {
+        b.loss_mask = m.clone();
+    }
+    o.positions.weights(&b)
+}
+
+/// The ablations of a plan: the typed report (its `files` empty, `seconds` 0; [`render`] and
+/// [`ablate`] fill them). Writes nothing.
+pub fn compute(
+    run: &OpenRun,
+    o: &AblateOptions,
+    plan: &AblatePlan,
+    log: &mut dyn FnMut(&str),
+) -> Result<AblateReport> {
+    let exp = &run.exp;
+    let tb = &plan.task;
+    let batch = &tb.batch;
     let scanned_units: Vec<Unit> = match &o.units {
         Units::AllHeads => vec![Unit::Head { layer: 0, head: 0 }],
         Units::AllGroups => vec![Unit::KvGroup { layer: 0, group: 0 }],
         Units::Named { units } => units.clone(),
     };
     let site_list = sites(o.kind, &scanned_units);
-    let weights = |mask: Option<&Vec<f32>>| -> Vec<f32> {
-        let mut b = batch.clone();
-        if let Some(m) = mask {
-            b.loss_mask = m.clone();
-        }
-        o.positions.weights(&b)
-    };
     let scoring = |mask| Scoring {
         metric: o.metric,
-        weights: weights(mask),
+        weights: weights(o, batch, mask),
         answers: tb.answers.clone(),
     };
     log(&format!(
@@ -251,43 +360,7 @@ pub fn ablate(run: &OpenRun, o: &AblateOptions, log: &mut dyn FnMut(&str)) -> Re
         serde_json::to_value(o.metric)?.as_str().unwrap_or(""),
         serde_json::to_value(o.positions)?.as_str().unwrap_or("")
     ));
-    // The reference set of a mean ablation.
-    let (reference, mean_ref) = if o.kind != AblationKind::Mean {
-        (None, None)
-    } else if o.mean_from == MeanFrom::Batch {
-        let r = MeanReference {
-            from: MeanFrom::Batch,
-            sequences: batch.batch,
-            len: batch.len,
-            seed: o.seed,
-        };
-        (None, Some(r))
-    } else {
-        let seed = o.seed.wrapping_add(1);
-        let rb = match (&o.task, o.mean_from) {
-            (_, MeanFrom::Natural) => {
-                crate::data::validation_batch(&run.data, batch.batch, batch.len, exp.data.bos)?
-            }
-            // a prompts file has no second draw: its corrupted prompts are the other sample
-            (Task::Prompts { file }, _) => super::tasks::file_pairs(run, file)?.corrupt,
-            _ => task_batch(run, &o.task, o.sequences, seed)?.batch,
-        };
-        if rb.len != batch.len {
-            bail!(
-                "the mean-ablation reference set has {} tokens per sequence, the task {}",
-                rb.len,
-                batch.len
-            );
-        }
-        let r = MeanReference {
-            from: o.mean_from,
-            sequences: rb.batch,
-            len: rb.len,
-            seed,
-        };
-        (Some(rb), Some(r))
-    };
-    let ref_prepared = match &reference {
+    let ref_prepared = match &plan.reference {
         Some(rb) => Some(Prepared::new(
             &run.model,
             rb,
@@ -298,7 +371,7 @@ pub fn ablate(run: &OpenRun, o: &AblateOptions, log: &mut dyn FnMut(&str)) -> Re
         None => None,
     };
     // The passes: the whole metric, or the copy, bigram and each trigger's copy targets.
-    let passes: Vec<Option<&Vec<f32>>> = match &tb.split {
+    let masks: Vec<Option<&Vec<f32>>> = match &tb.split {
         Some((copy, bigram)) => [copy, bigram]
             .into_iter()
             .chain(&tb.by_trigger)
@@ -306,143 +379,39 @@ pub fn ablate(run: &OpenRun, o: &AblateOptions, log: &mut dyn FnMut(&str)) -> Re
             .collect(),
         None => vec![None],
     };
-    let targets: Vec<usize> = tb
-        .by_trigger
-        .iter()
-        .map(|m| weights(Some(m)).iter().filter(|&&w| w > 0.0).count())
-        .collect();
-    if let Some(i) = targets.iter().position(|&n| n == 0) {
-        bail!(
-            "--task bb: trigger {i} has no copy target among the {} positions of {} sequences; \
-             raise --sequences or --len",
-            serde_json::to_value(o.positions)?.as_str().unwrap_or(""),
-            batch.batch
-        );
-    }
-    let mut results = Vec::new();
-    for mask in &passes {
-        let p = Prepared::new(&run.model, &batch, &site_list, scoring(*mask), &run.device)?;
+    let mut passes = Vec::new();
+    for mask in &masks {
+        let p = Prepared::new(&run.model, batch, &site_list, scoring(*mask), &run.device)?;
         let ab = Ablation::new(o.kind, batch.batch, o.seed, ref_prepared.as_ref());
-        let base = p.metric();
-        let res = match &o.units {
-            Units::AllHeads | Units::AllGroups => {
-                let groups = matches!(o.units, Units::AllGroups);
-                let bar =
-                    crate::progress::Progress::new(cfg.n_layers as u64, "ablation scan (layers)");
-                let s = scan(&p, &ab, groups, &mut |_| bar.inc(1))?;
-                bar.finish();
-                let delta: Vec<Vec<f64>> = s
-                    .iter()
-                    .map(|r| r.iter().map(|x| x - base).collect())
-                    .collect();
-                (base, Some(delta), None, ab.perm.clone())
-            }
-            Units::Named { units } => {
-                let per = match units[0] {
-                    Unit::Head { .. } => cfg.n_heads,
-                    Unit::KvGroup { .. } => cfg.kv_heads(),
-                };
-                let controls = matched_random(units, per, o.controls, o.seed)?;
-                if controls.exact {
-                    log(&format!(
-                        "controls: {} distinct matched-random sets exist; all of them are used \
-                         (the exact distribution, not {} draws)",
-                        controls.distinct, o.controls
-                    ));
-                }
-                let mut sets = vec![units.clone()];
-                sets.extend(controls.sets.iter().cloned());
-                let bar =
-                    crate::progress::Progress::new(sets.len() as u64, "named set and controls");
-                let v = ablate_sets(&p, &ab, &sets, &mut |k| bar.inc(k as u64))?;
-                bar.finish();
-                let deltas: Vec<f64> = v.iter().map(|x| x - base).collect();
-                let named = Named {
-                    units: units.iter().map(Unit::label).collect(),
-                    delta: deltas[0],
-                    percentile: percentile(deltas[0], &deltas[1..]),
-                    controls: deltas[1..].to_vec(),
-                    control_sets: controls
-                        .sets
-                        .iter()
-                        .map(|s| s.iter().map(Unit::label).collect())
-                        .collect(),
-                    distinct_sets: controls.distinct,
-                    exact: controls.exact,
-                    seed: o.seed,
-                    delta_bigram: None,
-                };
-                (base, None, Some(named), ab.perm.clone())
-            }
-        };
-        results.push(res);
+        passes.push(one_pass(run, o, &p, &ab, log)?);
     }
-    let mut first = results.remove(0);
-    let second = (!results.is_empty()).then(|| results.remove(0));
+    let mut first = passes.remove(0);
+    let second = (!passes.is_empty()).then(|| passes.remove(0));
     // what is left: one pass per trigger (`--task bb`)
-    let triggers = (!results.is_empty()).then(|| TriggerDeltas {
+    let triggers = (!passes.is_empty()).then(|| TriggerDeltas {
         offsets: super::tasks::trigger_offsets(exp).unwrap_or_default(),
-        targets,
-        baseline: results.iter().map(|r| r.0).collect(),
-        scan: results.iter().map(|r| r.1.clone()).collect(),
-        named: results
+        targets: plan.targets.clone(),
+        baseline: passes.iter().map(|r| r.baseline).collect(),
+        scan: passes.iter().map(|r| r.scan.clone()).collect(),
+        named: passes
             .iter()
-            .map(|r| r.2.as_ref().map(|n| n.delta))
+            .map(|r| r.named.as_ref().map(|n| n.delta))
             .collect(),
     });
-    if let (Some(n), Some((_, _, Some(n2), _))) = (first.2.as_mut(), &second) {
+    if let (
+        Some(n),
+        Some(Pass {
+            named: Some(n2), ..
+        }),
+    ) = (first.named.as_mut(), &second)
+    {
         n.delta_bigram = Some(n2.delta);
     }
-    // Dormancy of each head on the same batch (head scans only).
-    let dormancy = match (&o.units, &first.1) {
-        (Units::AllHeads, Some(delta)) => {
-            let proxy = Proxy::for_normaliser(&cfg.attention.normaliser);
-            let scores = head_scores(
-                &run.model,
-                &batch,
-                exp.train.micro_batch.max(1),
-                proxy,
-                Measure::Primary,
-                &run.device,
-                &mut |_| {},
-            );
-            let th = Thresholds::default();
-            let share: Vec<Vec<f64>> = scores
-                .iter()
-                .map(|l| {
-                    l.alpha1
-                        .iter()
-                        .zip(&l.slot_mass)
-                        .map(|(a, m)| a + m)
-                        .collect()
-                })
-                .collect();
-            let ahon: Vec<Vec<f64>> = scores.iter().map(|l| l.ahon_ln.clone()).collect();
-            let (mut dorm, mut act) = (Vec::new(), Vec::new());
-            for l in 0..cfg.n_layers {
-                for h in 0..cfg.n_heads {
-                    if th.dormant(share[l][h], ahon[l][h]) {
-                        dorm.push(delta[l][h]);
-                    } else {
-                        act.push(delta[l][h]);
-                    }
-                }
-            }
-            let flat_share: Vec<f64> = share.iter().flatten().copied().collect();
-            let flat_delta: Vec<f64> = delta.iter().flatten().copied().collect();
-            Some(Dormancy {
-                spearman_sink_share_delta: Some(spearman(&flat_share, &flat_delta))
-                    .filter(|r| r.is_finite()),
-                sink_share: share,
-                ahon_ln: ahon,
-                thresholds: th,
-                dormant: stats(&dorm),
-                active: stats(&act),
-            })
-        }
+    let dormancy = match (&o.units, &first.scan) {
+        (Units::AllHeads, Some(delta)) => Some(dormancy(run, batch, delta)),
         _ => None,
     };
-    let mut report = AblateReport {
+    Ok(AblateReport {
         run_dir: run.run_dir.clone(),
         checkpoint: run.checkpoint.clone(),
         step: run.state.step,
@@ -452,19 +421,149 @@ pub fn ablate(run: &OpenRun, o: &AblateOptions, log: &mut dyn FnMut(&str)) -> Re
         kind: o.kind,
         metric: o.metric,
         positions: o.positions,
-        mean_from: mean_ref,
-        resample_perm: (o.kind == AblationKind::Resample).then(|| first.3.clone()),
-        baseline: first.0,
-        baseline_bigram: second.as_ref().map(|s| s.0),
-        scan: first.1.clone(),
-        scan_bigram: second.as_ref().and_then(|s| s.1.clone()),
+        mean_from: plan.mean_ref.clone(),
+        resample_perm: (o.kind == AblationKind::Resample).then(|| first.perm.clone()),
+        baseline: first.baseline,
+        baseline_bigram: second.as_ref().map(|s| s.baseline),
+        scan: first.scan,
+        scan_bigram: second.and_then(|s| s.scan),
         groups: matches!(o.units, Units::AllGroups),
-        named: first.2.clone(),
+        named: first.named,
         triggers,
         dormancy,
-        seconds: clock.elapsed().as_secs_f64(),
+        seconds: 0.0,
         files: Vec::new(),
-    };
+    })
+}
+
+/// One pass over the prepared batch: every unit on its own, or the named set and its controls.
+fn one_pass(
+    run: &OpenRun,
+    o: &AblateOptions,
+    p: &Prepared,
+    ab: &Ablation,
+    log: &mut dyn FnMut(&str),
+) -> Result<Pass> {
+    let cfg = &run.exp.model;
+    let baseline = p.metric();
+    let perm = ab.perm.clone();
+    Ok(match &o.units {
+        Units::AllHeads | Units::AllGroups => {
+            let groups = matches!(o.units, Units::AllGroups);
+            let bar = crate::progress::Progress::new(cfg.n_layers as u64, "ablation scan (layers)");
+            let s = scan(p, ab, groups, &mut |_| bar.inc(1))?;
+            bar.finish();
+            let delta: Vec<Vec<f64>> = s
+                .iter()
+                .map(|r| r.iter().map(|x| x - baseline).collect())
+                .collect();
+            Pass {
+                baseline,
+                scan: Some(delta),
+                named: None,
+                perm,
+            }
+        }
+        Units::Named { units } => {
+            let per = match units[0] {
+                Unit::Head { .. } => cfg.n_heads,
+                Unit::KvGroup { .. } => cfg.kv_heads(),
+            };
+            let controls = matched_random(units, per, o.controls, o.seed)?;
+            if controls.exact {
+                log(&format!(
+                    "controls: {} distinct matched-random sets exist; all of them are used \
+                     (the exact distribution, not {} draws)",
+                    controls.distinct, o.controls
+                ));
+            }
+            let mut sets = vec![units.clone()];
+            sets.extend(controls.sets.iter().cloned());
+            let bar = crate::progress::Progress::new(sets.len() as u64, "named set and controls");
+            let v = ablate_sets(p, ab, &sets, &mut |k| bar.inc(k as u64))?;
+            bar.finish();
+            let deltas: Vec<f64> = v.iter().map(|x| x - baseline).collect();
+            let named = Named {
+                units: units.iter().map(Unit::label).collect(),
+                delta: deltas[0],
+                percentile: percentile(deltas[0], &deltas[1..]),
+                controls: deltas[1..].to_vec(),
+                control_sets: controls
+                    .sets
+                    .iter()
+                    .map(|s| s.iter().map(Unit::label).collect())
+                    .collect(),
+                distinct_sets: controls.distinct,
+                exact: controls.exact,
+                seed: o.seed,
+                delta_bigram: None,
+            };
+            Pass {
+                baseline,
+                scan: None,
+                named: Some(named),
+                perm,
+            }
+        }
+    })
+}
+
+/// Dormancy of each head on the same batch (head scans only): sink share and AHON-LN per head,
+/// the Δ of dormant against active heads, and Spearman(sink share, Δ).
+fn dormancy(run: &OpenRun, batch: &crate::data::Batch, delta: &[Vec<f64>]) -> Dormancy {
+    let (exp, cfg) = (&run.exp, &run.exp.model);
+    let proxy = Proxy::for_normaliser(&cfg.attention.normaliser);
+    let scores = head_scores(
+        &run.model,
+        batch,
+        exp.train.micro_batch.max(1),
+        proxy,
+        Measure::Primary,
+        &run.device,
+        &mut |_| {},
+    );
+    let th = Thresholds::default();
+    // sink share = α₁ + slot mass, [layer][head]
+    let share: Vec<Vec<f64>> = scores
+        .iter()
+        .map(|l| {
+            l.alpha1
+                .iter()
+                .zip(&l.slot_mass)
+                .map(|(a, m)| a + m)
+                .collect()
+        })
+        .collect();
+    let ahon: Vec<Vec<f64>> = scores.iter().map(|l| l.ahon_ln.clone()).collect();
+    let (mut dorm, mut act) = (Vec::new(), Vec::new());
+    for l in 0..cfg.n_layers {
+        for h in 0..cfg.n_heads {
+            if th.dormant(share[l][h], ahon[l][h]) {
+                dorm.push(delta[l][h]);
+            } else {
+                act.push(delta[l][h]);
+            }
+        }
+    }
+    let flat_share: Vec<f64> = share.iter().flatten().copied().collect();
+    let flat_delta: Vec<f64> = delta.iter().flatten().copied().collect();
+    Dormancy {
+        spearman_sink_share_delta: Some(spearman(&flat_share, &flat_delta))
+            .filter(|r| r.is_finite()),
+        sink_share: share,
+        ahon_ln: ahon,
+        thresholds: th,
+        dormant: stats(&dorm),
+        active: stats(&act),
+    }
+}
+
+/// The figures (Δ maps, the control chart) and the report, under the plan's claimed name.
+pub fn render(
+    run: &OpenRun,
+    claim: super::Claim,
+    mut report: AblateReport,
+) -> Result<AblateReport> {
     let mut out = Output::new(claim, run)?;
     let what = describe(&report);
     if let Some(s) = &report.scan {

@@ -122,27 +122,50 @@ impl<'de> serde::Deserialize<'de> for Site {
     }
 }
 
-/// Run `sinklab patch`.
+/// Everything `sinklab patch` needs before a model pass, every refusal made: the report's
+/// name claimed, the prompt pairs (answers as the loss targets), the layers patched and a
+/// `--add FILE` direction read.
+pub struct PatchPlan {
+    pub claim: super::Claim,
+    pub pairs: PromptPairs,
+    pub layers: Vec<usize>,
+    /// `--add FILE`: the direction and the file's name.
+    pub direction: Option<(Vec<f32>, String)>,
+}
+
+/// A patching result before it is written: the report and the mean-difference direction that
+/// `--add mean-diff` computed (written beside the report).
+pub struct Patched {
+    pub report: PatchReport,
+    pub mean_direction: Option<Vec<f32>>,
+}
+
+/// Run `sinklab patch`: [`plan`] (every refusal), [`compute`] (the typed report, no files),
+/// [`render`] (the map, the addition curve, the direction and the report).
 pub fn patch(run: &OpenRun, o: &PatchOptions, log: &mut dyn FnMut(&str)) -> Result<PatchReport> {
     let clock = std::time::Instant::now();
+    let plan = plan(run, o)?;
+    let mut done = compute(run, o, &plan, log)?;
+    done.report.seconds = clock.elapsed().as_secs_f64();
+    render(run, o, plan.claim, done)
+}
+
+/// The options checked against the run and the prompts built: every refusal of `patch` that
+/// needs no model pass.
+pub fn plan(run: &OpenRun, o: &PatchOptions) -> Result<PatchPlan> {
     let claim = o.dest.claim(run, super::names::patch(o))?;
     let cfg = &run.exp.model;
     let mut pairs: PromptPairs = match &o.prompts {
         Prompts::Repeat { n, sequences } => repeat_pairs(run, *n, *sequences, o.seed)?,
         Prompts::File { file } => file_pairs(run, file)?,
     };
-    let (count, len) = (pairs.clean.batch, pairs.clean.len);
+    let len = pairs.clean.len;
     if len > cfg.ctx {
         bail!("the prompts are {len} tokens; model.ctx = {}", cfg.ctx);
     }
     // The loss metric reads the clean answer at the last position of both runs.
     answer_targets(&mut pairs.clean, &pairs.answers);
     answer_targets(&mut pairs.corrupt, &pairs.answers);
-    let scoring = |b: &crate::data::Batch| Scoring {
-        metric: o.metric,
-        weights: Positions::Last.weights(b),
-        answers: Some(pairs.answers.clone()),
-    };
     if o.by != By::LayerPosition && matches!(o.site, Site::Stream(_)) {
         bail!(
             "{} is a residual-stream site: patch it --by layer-position",
@@ -183,6 +206,41 @@ pub fn patch(run: &OpenRun, o: &PatchOptions, log: &mut dyn FnMut(&str)) -> Resu
             _ => {}
         }
     }
+    let direction = match o.add.as_ref().and_then(|a| a.file.as_ref()) {
+        None => None,
+        Some(f) => {
+            let text = std::fs::read_to_string(f)
+                .with_context(|| format!("reading --add {}", f.display()))?;
+            let u: Vec<f32> = serde_json::from_str(&text).with_context(|| {
+                format!("--add {}: expected a JSON array of numbers", f.display())
+            })?;
+            Some((u, f.display().to_string()))
+        }
+    };
+    Ok(PatchPlan {
+        claim,
+        pairs,
+        layers,
+        direction,
+    })
+}
+
+/// The patches of a plan, normalised by the clean − corrupted gap (refused when that gap is
+/// within noise); writes nothing.
+pub fn compute(
+    run: &OpenRun,
+    o: &PatchOptions,
+    plan: &PatchPlan,
+    log: &mut dyn FnMut(&str),
+) -> Result<Patched> {
+    let cfg = &run.exp.model;
+    let (pairs, layers) = (&plan.pairs, &plan.layers);
+    let (count, len) = (pairs.clean.batch, pairs.clean.len);
+    let scoring = |b: &crate::data::Batch| Scoring {
+        metric: o.metric,
+        weights: Positions::Last.weights(b),
+        answers: Some(pairs.answers.clone()),
+    };
     let mut sites = vec![o.site];
     if let Some(a) = &o.add {
         sites.push(a.site);
@@ -275,7 +333,7 @@ pub fn patch(run: &OpenRun, o: &PatchOptions, log: &mut dyn FnMut(&str)) -> Resu
         By::HeadPosition => {
             let mut specs = Vec::new();
             let mut rows = Vec::new();
-            for &layer in &layers {
+            for &layer in layers {
                 for i in 0..n_index {
                     rows.push(head_label(layer, i));
                     specs.extend((0..len).map(|p| PatchSpec {
@@ -296,29 +354,21 @@ pub fn patch(run: &OpenRun, o: &PatchOptions, log: &mut dyn FnMut(&str)) -> Resu
         .chunks(cols)
         .map(|r| r.iter().map(|&v| normalise(v, m_corr, m_clean)).collect())
         .collect();
-    let mut out = Output::new(claim, run)?;
+    let mut mean_direction = None;
     let addition = match &o.add {
         None => None,
         Some(a) => {
-            let (u, name) = match &a.file {
-                Some(f) => {
-                    let text = std::fs::read_to_string(f)
-                        .with_context(|| format!("reading --add {}", f.display()))?;
-                    let u: Vec<f32> = serde_json::from_str(&text).with_context(|| {
-                        format!("--add {}: expected a JSON array of numbers", f.display())
-                    })?;
-                    (u, f.display().to_string())
-                }
+            let (u, name) = match &plan.direction {
+                Some((u, file)) => (u.clone(), file.clone()),
                 None => {
                     let u = mean_difference(&clean, &corrupt, a.layer, a.site, a.index, None)?;
-                    let name = format!("{}_direction.json", out.claim.stem);
-                    let path = out.dir.join(&name);
-                    std::fs::write(&path, serde_json::to_string(&u)?)
-                        .with_context(|| format!("writing {}", path.display()))?;
-                    out.files.push(name.clone());
+                    mean_direction = Some(u.clone());
                     (
                         u,
-                        format!("{name} (mean clean − corrupted at the last position)"),
+                        format!(
+                            "{} (mean clean − corrupted at the last position)",
+                            direction_file(&plan.claim)
+                        ),
                     )
                 }
             };
@@ -341,6 +391,66 @@ pub fn patch(run: &OpenRun, o: &PatchOptions, log: &mut dyn FnMut(&str)) -> Resu
             })
         }
     };
+    let report = PatchReport {
+        run_dir: run.run_dir.clone(),
+        checkpoint: run.checkpoint.clone(),
+        step: run.state.step,
+        prompts: o.prompts.clone(),
+        count,
+        len,
+        site: o.site,
+        by: o.by,
+        direction: o.direction,
+        metric: o.metric,
+        clean: m_clean,
+        corrupt: m_corr,
+        normalised,
+        row_labels,
+        column_labels,
+        addition,
+        seconds: 0.0,
+        files: Vec::new(),
+    };
+    Ok(Patched {
+        report,
+        mean_direction,
+    })
+}
+
+/// `<stem>_direction.json`: where `--add mean-diff` writes its direction.
+fn direction_file(claim: &super::Claim) -> String {
+    format!("{}_direction.json", claim.stem)
+}
+
+/// The direction (`--add mean-diff`), the map, the addition curve and the report, under the
+/// plan's claimed name.
+pub fn render(
+    run: &OpenRun,
+    o: &PatchOptions,
+    claim: super::Claim,
+    done: Patched,
+) -> Result<PatchReport> {
+    let cfg = &run.exp.model;
+    let Patched {
+        mut report,
+        mean_direction,
+    } = done;
+    let mut out = Output::new(claim, run)?;
+    if let Some(u) = &mean_direction {
+        let name = direction_file(&out.claim);
+        out.json(&name, u)?;
+    }
+    let n_index = match o.site {
+        Site::Head(HeadSite::K | HeadSite::V) => cfg.kv_heads(),
+        Site::Head(_) => cfg.n_heads,
+        Site::Stream(_) => 1,
+    };
+    let (normalised, row_labels, column_labels, addition) = (
+        &report.normalised,
+        &report.row_labels,
+        &report.column_labels,
+        &report.addition,
+    );
     let what = format!(
         "{} {} {}, {}",
         match o.direction {
@@ -369,16 +479,16 @@ pub fn patch(run: &OpenRun, o: &PatchOptions, log: &mut dyn FnMut(&str)) -> Resu
             By::HeadPosition => "head",
             _ => "layer",
         },
-        rows: &normalised,
-        x_ticks: Some(&column_labels),
-        y_ticks: Some(&row_labels),
+        rows: normalised,
+        x_ticks: Some(column_labels),
+        y_ticks: Some(row_labels),
         range: None,
         annotate: true,
         colours: crate::plot::Colours::Diverging,
     })?;
     let name = out.claim.figure("map");
     out.png(&name, "patch/map", png)?;
-    if let Some(a) = &addition {
+    if let Some(a) = addition {
         let series = vec![Series {
             name: format!("{} of layer {}", a.options.site, a.options.layer),
             points: a
@@ -404,26 +514,6 @@ pub fn patch(run: &OpenRun, o: &PatchOptions, log: &mut dyn FnMut(&str)) -> Resu
         let name = out.claim.figure("addition");
         out.png(&name, "patch/addition", png)?;
     }
-    let mut report = PatchReport {
-        run_dir: run.run_dir.clone(),
-        checkpoint: run.checkpoint.clone(),
-        step: run.state.step,
-        prompts: o.prompts.clone(),
-        count,
-        len,
-        site: o.site,
-        by: o.by,
-        direction: o.direction,
-        metric: o.metric,
-        clean: m_clean,
-        corrupt: m_corr,
-        normalised,
-        row_labels,
-        column_labels,
-        addition,
-        seconds: clock.elapsed().as_secs_f64(),
-        files: Vec::new(),
-    };
     report.files = out.files.clone();
     report.files.push(out.claim.report());
     out.report(&report)?;
