@@ -162,9 +162,6 @@ struct Trainer<'a> {
     probe: Batch,
     /// The live head scores' repeat probe (`metrics.heads`), when enabled.
     head_probe: Option<Batch>,
-    /// Taken out only while an optimizer step replaces it (AdamW consumes the model, so that
-    /// parameters it alone holds are updated in place).
-    model: Option<Lm>,
     adam: Optimizer,
     /// The autodiff device training runs on, and its plain counterpart for evaluation.
     device: Device,
@@ -248,7 +245,7 @@ impl<'a> Trainer<'a> {
         memory: &crate::memory::Check,
         world: &'a World,
         log: &mut dyn FnMut(&str),
-    ) -> Result<Self> {
+    ) -> Result<(Self, Lm)> {
         for w in &start.warnings {
             log(w);
         }
@@ -381,38 +378,36 @@ impl<'a> Trainer<'a> {
         let mut summary = TrainSummary::empty(run_dir.clone(), start_step);
         summary.total_steps = exp.train.steps;
         summary.first_loss = first_loss;
-        Ok(Self {
-            exp,
-            run_dir,
-            data,
-            sampler,
-            val,
-            val_plain,
-            val_parts,
-            probe,
-            head_probe,
-            model: Some(model),
-            adam,
-            device,
-            base_device,
-            workers,
-            world,
-            rec,
-            vocab,
-            start_step,
-            summary,
-            loss_scale,
-        })
+        Ok((
+            Self {
+                exp,
+                run_dir,
+                data,
+                sampler,
+                val,
+                val_plain,
+                val_parts,
+                probe,
+                head_probe,
+                adam,
+                device,
+                base_device,
+                workers,
+                world,
+                rec,
+                vocab,
+                start_step,
+                summary,
+                loss_scale,
+            },
+            model,
+        ))
     }
 
-    fn model(&self) -> &Lm {
-        self.model
-            .as_ref()
-            .expect("the model is present between steps")
-    }
-
-    /// Optimizer step `step` (0-based): the micro-batches' gradients, clipping, AdamW.
-    fn step(&mut self, step: u64) -> Result<StepStats> {
+    /// Optimizer step `step` (0-based): the micro-batches' gradients, clipping, AdamW. The
+    /// model is taken and given back (AdamW consumes it, so that parameters it alone holds are
+    /// updated in place); the training loop owns it between steps.
+    fn step(&mut self, model: Lm, step: u64) -> Result<(Lm, StepStats)> {
         let exp = self.exp;
         let lr = optim::learning_rate(&exp.optim, step, exp.train.steps);
         let ignored = exp.model.attention.mask.ignored_targets();
@@ -427,7 +422,7 @@ impl<'a> Trainer<'a> {
             .collect();
         let scale = self.loss_scale.as_ref().map_or(1.0, |l| l.scale);
         let (grads, loss) = gradients_of(
-            self.model(),
+            &model,
             &batches,
             dist::share(batches.len(), self.world.rank(), self.world.size()),
             &self.device,
@@ -436,13 +431,8 @@ impl<'a> Trainer<'a> {
             scale,
         );
         if self.on_device_step() {
-            let model = self
-                .model
-                .take()
-                .expect("the model is present between steps");
             let (model, loss, gnorm) =
                 update_on_device(model, &mut self.adam, &grads, loss, lr, exp.optim.grad_clip);
-            self.model = Some(model);
             if !loss.is_finite() || !gnorm.is_finite() {
                 bail!("{}", self.non_finite(step, loss, gnorm));
             }
@@ -450,7 +440,7 @@ impl<'a> Trainer<'a> {
             s.steps_done = step + 1;
             s.first_loss.get_or_insert(loss);
             s.last_loss = Some(loss);
-            return Ok(StepStats { loss, lr, gnorm });
+            return Ok((model, StepStats { loss, lr, gnorm }));
         }
         let loss = loss.read();
         // summed over the MPI ranks (a no-op for one process)
@@ -469,27 +459,23 @@ impl<'a> Trainer<'a> {
                     );
                 }
                 self.summary.steps_done = step + 1;
-                return Ok(StepStats { loss, lr, gnorm });
+                return Ok((model, StepStats { loss, lr, gnorm }));
             }
         }
         if !loss.is_finite() || !gnorm.is_finite() {
             bail!("{}", self.non_finite(step, loss, gnorm));
         }
-        let model = self
-            .model
-            .take()
-            .expect("the model is present between steps");
-        self.model = Some(self.adam.step(
+        let model = self.adam.step(
             model,
             &grads,
             lr,
             optim::clip_scale(gnorm, exp.optim.grad_clip) / scale,
-        ));
+        );
         let s = &mut self.summary;
         s.steps_done = step + 1;
         s.first_loss.get_or_insert(loss);
         s.last_loss = Some(loss);
-        Ok(StepStats { loss, lr, gnorm })
+        Ok((model, StepStats { loss, lr, gnorm }))
     }
 
     /// Whether this run's steps keep their reductions on the device ([`update_on_device`]):
@@ -522,19 +508,19 @@ impl<'a> Trainer<'a> {
     }
 
     /// `val/loss` (and `val/loss_unchanged`) at `step` (rank 0 alone).
-    fn evaluate(&mut self, step: u64) -> Result<()> {
+    fn evaluate(&mut self, model: &Lm, step: u64) -> Result<()> {
         if !self.world.is_root() {
             return Ok(());
         }
         let chunk = self.exp.train.micro_batch;
-        let v = eval_loss(self.model(), &self.val, chunk, &self.base_device);
+        let v = eval_loss(model, &self.val, chunk, &self.base_device);
         let mut scalars = vec![("val/loss".to_string(), v)];
         if let Some(plain) = &self.val_plain {
-            let u = eval_loss(self.model(), plain, chunk, &self.base_device);
+            let u = eval_loss(model, plain, chunk, &self.base_device);
             scalars.push(("val/loss_unchanged".to_string(), u));
         }
         for (name, part) in &self.val_parts {
-            let l = eval_loss(self.model(), part, chunk, &self.base_device);
+            let l = eval_loss(model, part, chunk, &self.base_device);
             scalars.push((name.to_string(), l));
         }
         self.rec.scalars(step, &scalars)?;
@@ -545,24 +531,18 @@ impl<'a> Trainer<'a> {
 
     /// Every sink metric and gain on the probe set at `step`, the per-head sink map, and the
     /// live head scores with their maps (`metrics.heads`). Rank 0 alone.
-    fn probe(&mut self, step: u64) -> Result<()> {
+    fn probe(&mut self, model: &Lm, step: u64) -> Result<()> {
         if !self.world.is_root() {
             return Ok(());
         }
         let chunk = self.exp.train.micro_batch;
-        let report = probe_metrics(
-            self.model(),
-            &self.probe,
-            chunk,
-            self.exp,
-            &self.base_device,
-        );
+        let report = probe_metrics(model, &self.probe, chunk, self.exp, &self.base_device);
         let mut scalars = report.scalars();
-        scalars.extend(gain_scalars(self.model()));
+        scalars.extend(gain_scalars(model));
         let proxy = crate::metrics::Proxy::for_normaliser(&self.exp.model.attention.normaliser);
         let heads = self.head_probe.as_ref().map(|hp| {
             crate::eval::heads::head_scores(
-                self.model(),
+                model,
                 hp,
                 chunk,
                 proxy,
@@ -630,11 +610,11 @@ pub fn train_in(
         run::discard_stub(&start);
         e
     };
-    let mut t = Trainer::open(exp, &start, &memory, world, log).map_err(discard)?;
+    let (mut t, mut model) = Trainer::open(exp, &start, &memory, world, log).map_err(discard)?;
     let (start_step, total) = (t.start_step, exp.train.steps);
-    dist::check_weights(world, t.model(), start_step, log).map_err(discard)?;
+    dist::check_weights(world, &model, start_step, log).map_err(discard)?;
     if start_step == 0 {
-        let first = t.evaluate(0).and_then(|_| t.probe(0));
+        let first = t.evaluate(&model, 0).and_then(|_| t.probe(&model, 0));
         if let Err(e) = first {
             drop(t);
             return Err(discard(e));
@@ -664,7 +644,9 @@ pub fn train_in(
     let mut window = (Instant::now(), 0u64);
     let mut last_tps = 0.0;
     for step in start_step..total {
-        let StepStats { loss, lr, gnorm } = t.step(step).inspect_err(|_| bar.abandon())?;
+        let (stepped, StepStats { loss, lr, gnorm }) =
+            t.step(model, step).inspect_err(|_| bar.abandon())?;
+        model = stepped;
         let done = step + 1;
         window.1 += 1;
         if done % exp.train.log_every == 0 || done == total {
@@ -704,14 +686,14 @@ pub fn train_in(
         let stopping = opts.stop_after == Some(done) || signalled;
         let mut parts = Vec::new();
         if done % exp.train.eval_every == 0 || last {
-            t.evaluate(done)?;
+            t.evaluate(&model, done)?;
             parts.push(format!(
                 "val loss {:.4}",
                 t.summary.last_val_loss.unwrap_or(f64::NAN)
             ));
         }
         if done % exp.metrics.every == 0 || last {
-            t.probe(done)?;
+            t.probe(&model, done)?;
             parts.push(format!(
                 "Sink1(eps={HEADLINE_EPS}) {:.1}%",
                 t.summary.last_sink1.unwrap_or(f64::NAN)
@@ -726,7 +708,7 @@ pub fn train_in(
             }
         }
         if done % exp.train.checkpoint_every == 0 || last || stopping {
-            dist::check_weights(world, t.model(), done, log)?;
+            dist::check_weights(world, &model, done, log)?;
             // events and records up to this step reach the disk before the checkpoint that a
             // resume starts from
             t.rec.flush()?;
@@ -734,7 +716,7 @@ pub fn train_in(
                 run::save_checkpoint(
                     &t.run_dir,
                     exp,
-                    t.model(),
+                    &model,
                     &t.adam,
                     done,
                     t.vocab,

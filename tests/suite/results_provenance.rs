@@ -188,7 +188,9 @@ fn every_results_folder_has_a_record_or_says_why_not() {
     }
     for name in listed.keys() {
         if !results_dir().join(name).is_dir() {
-            problems.push(format!("NOT_REPRODUCED lists {name}, which is not a folder"));
+            problems.push(format!(
+                "NOT_REPRODUCED lists {name}, which is not a folder"
+            ));
         }
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
