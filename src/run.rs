@@ -569,18 +569,33 @@ pub fn restore(
     Ok((model, state.step))
 }
 
-/// Write the checkpoint of `step` (weights, optimizer state, `state.json`) atomically, keeping
-/// the newest `train.keep_checkpoints`.
+/// Where training stands when a checkpoint is written (with the optimizer's own count, what
+/// `state.json` records).
+pub struct Reached<'a> {
+    /// Optimizer steps done.
+    pub step: u64,
+    pub vocab: usize,
+    /// f16's dynamic loss scale, when training at f16.
+    pub loss_scale: Option<&'a optim::LossScale>,
+    /// The run's first training loss (the summary's, kept across resumes).
+    pub first_loss: Option<f64>,
+}
+
+/// Write the checkpoint of `at.step` (weights, optimizer state, `state.json`) atomically,
+/// keeping the newest `train.keep_checkpoints`.
 pub fn save_checkpoint(
     run_dir: &Path,
     exp: &Experiment,
     model: &Lm,
     adam: &Optimizer,
-    step: u64,
-    vocab: usize,
-    loss_scale: Option<&optim::LossScale>,
-    first_loss: Option<f64>,
+    at: Reached,
 ) -> Result<()> {
+    let Reached {
+        step,
+        vocab,
+        loss_scale,
+        first_loss,
+    } = at;
     let weights: BTreeMap<String, HostTensor> = optim::export_params(model);
     let mut meta = std::collections::HashMap::new();
     meta.insert("format".to_string(), "sinklab".to_string());

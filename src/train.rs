@@ -718,10 +718,12 @@ pub fn train_in(
                     exp,
                     &model,
                     &t.adam,
-                    done,
-                    t.vocab,
-                    t.loss_scale.as_ref(),
-                    t.summary.first_loss,
+                    run::Reached {
+                        step: done,
+                        vocab: t.vocab,
+                        loss_scale: t.loss_scale.as_ref(),
+                        first_loss: t.summary.first_loss,
+                    },
                 )?;
             }
         }
