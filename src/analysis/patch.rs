@@ -285,68 +285,12 @@ pub fn compute(
     let pos_labels: Vec<String> = (0..len)
         .map(|p| format!("{p} {}", token_label(&run.data, tokens[p])))
         .collect();
-    let (specs, row_labels, column_labels, cols): (
-        Vec<PatchSpec>,
-        Vec<String>,
-        Vec<String>,
-        usize,
-    ) = match o.by {
-        By::Head => {
-            let specs = layers
-                .iter()
-                .flat_map(|&layer| {
-                    (0..n_index).map(move |i| PatchSpec {
-                        layer,
-                        site: o.site,
-                        index: Some(i),
-                        position: None,
-                    })
-                })
-                .collect();
-            let cols = (0..n_index).map(|i| i.to_string()).collect();
-            (
-                specs,
-                layers.iter().map(|l| l.to_string()).collect(),
-                cols,
-                n_index,
-            )
-        }
-        By::LayerPosition => {
-            let specs = layers
-                .iter()
-                .flat_map(|&layer| {
-                    (0..len).map(move |p| PatchSpec {
-                        layer,
-                        site: o.site,
-                        index: None,
-                        position: Some(p),
-                    })
-                })
-                .collect();
-            (
-                specs,
-                layers.iter().map(|l| l.to_string()).collect(),
-                pos_labels.clone(),
-                len,
-            )
-        }
-        By::HeadPosition => {
-            let mut specs = Vec::new();
-            let mut rows = Vec::new();
-            for &layer in layers {
-                for i in 0..n_index {
-                    rows.push(head_label(layer, i));
-                    specs.extend((0..len).map(|p| PatchSpec {
-                        layer,
-                        site: o.site,
-                        index: Some(i),
-                        position: Some(p),
-                    }));
-                }
-            }
-            (specs, rows, pos_labels.clone(), len)
-        }
-    };
+    let Grid {
+        specs,
+        row_labels,
+        column_labels,
+        cols,
+    } = grid(o, layers, n_index, pos_labels);
     let bar = crate::progress::Progress::new(specs.len() as u64, "patches");
     let values = patch_each(target, source, &specs, &mut |k| bar.inc(k as u64))?;
     bar.finish();
@@ -415,6 +359,83 @@ pub fn compute(
         report,
         mean_direction,
     })
+}
+
+/// What `patch` patches: one spec per cell of the map, row by row, and the map's labels.
+struct Grid {
+    specs: Vec<PatchSpec>,
+    row_labels: Vec<String>,
+    column_labels: Vec<String>,
+    cols: usize,
+}
+
+/// The cells of `--by`: (layer, head or group) for head, (layer, position) for layer-position,
+/// (layer.head, position) for head-position.
+fn grid(o: &PatchOptions, layers: &[usize], n_index: usize, pos_labels: Vec<String>) -> Grid {
+    let len = pos_labels.len();
+    let (specs, row_labels, column_labels, cols) = match o.by {
+        By::Head => {
+            let specs = layers
+                .iter()
+                .flat_map(|&layer| {
+                    (0..n_index).map(move |i| PatchSpec {
+                        layer,
+                        site: o.site,
+                        index: Some(i),
+                        position: None,
+                    })
+                })
+                .collect();
+            let cols = (0..n_index).map(|i| i.to_string()).collect();
+            (
+                specs,
+                layers.iter().map(|l| l.to_string()).collect(),
+                cols,
+                n_index,
+            )
+        }
+        By::LayerPosition => {
+            let specs = layers
+                .iter()
+                .flat_map(|&layer| {
+                    (0..len).map(move |p| PatchSpec {
+                        layer,
+                        site: o.site,
+                        index: None,
+                        position: Some(p),
+                    })
+                })
+                .collect();
+            (
+                specs,
+                layers.iter().map(|l| l.to_string()).collect(),
+                pos_labels,
+                len,
+            )
+        }
+        By::HeadPosition => {
+            let mut specs = Vec::new();
+            let mut rows = Vec::new();
+            for &layer in layers {
+                for i in 0..n_index {
+                    rows.push(head_label(layer, i));
+                    specs.extend((0..len).map(|p| PatchSpec {
+                        layer,
+                        site: o.site,
+                        index: Some(i),
+                        position: Some(p),
+                    }));
+                }
+            }
+            (specs, rows, pos_labels, len)
+        }
+    };
+    Grid {
+        specs,
+        row_labels,
+        column_labels,
+        cols,
+    }
 }
 
 /// `<stem>_direction.json`: where `--add mean-diff` writes its direction.
