@@ -31,4 +31,5 @@ mod tokenizer_python;
 mod train_e2e;
 mod zoo_golden;
 mod zoo_identities;
+mod zoo_remedies;
 mod zoo_train;
