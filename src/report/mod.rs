@@ -3,7 +3,10 @@
 //! Per run (from its `metrics.jsonl`): the final Sink₁ (`sink/rate_eps{ε}/pos01`), the final
 //! slot Sink₁* (`sink/slot_rate_eps{ε}`, models with a slot), the final validation loss, the
 //! final norm ratio (largest `act/norm_ratio/layer*` of the last probe), and the emergence step:
-//! the first probe step at which Sink₁ exceeds `threshold` percent (None: never). Runs that
+//! the first probe step at which Sink₁ exceeds `threshold` percent (None: never); the final slot
+//! mass (mean `sink/slot_mass/layer*`), Bondarenko et al.'s outlier numbers (kurtosis
+//! `act/kurtosis`, max |h| `act/m_act`) and the secondary-sink count (`sink/secondary_count`,
+//! Wong et al.; src/metrics/). Runs that
 //! share every axis value (they differ in seed) form a setting; the table gives mean ± sample
 //! standard deviation over the seeds that finished, and the emergence step as the median of
 //! the seeds that crossed, with how many did.
@@ -48,6 +51,16 @@ pub struct RunResult {
     pub sink_k: Vec<f64>,
     /// Final first-token attention mass F-Attn (`attn/f_attn`), in %.
     pub first_mass: Option<f64>,
+    /// Final slot mass: the mean of `sink/slot_mass/layer*` over layers, in % (models with a
+    /// slot, an implicit one included).
+    pub slot_mass: Option<f64>,
+    /// Final kurtosis of the block outputs, averaged over layers (`act/kurtosis`).
+    pub kurtosis: Option<f64>,
+    /// Final largest |h| over layers (`act/m_act`).
+    pub max_abs: Option<f64>,
+    /// Final mean number of secondary sinks per (layer, sequence, head) at the headline ε
+    /// (`sink/secondary_count`).
+    pub secondary: Option<f64>,
     /// (step, Sink₁) at every probe.
     pub curve: Vec<(u64, f64)>,
     /// (step, validation loss) at every evaluation.
@@ -110,6 +123,18 @@ pub fn run_result(plan: &Plan, run: &RunPlan, eps: &str, threshold: f64) -> RunR
         _ => None,
     };
     let value_drain = last_fold("kv/value_drain/", f64::INFINITY, f64::min);
+    let slot_layers = records
+        .iter()
+        .rev()
+        .find(|(_, s)| s.keys().any(|k| k.starts_with("sink/slot_mass/")))
+        .map(|(_, s)| {
+            let m: Vec<f64> = s
+                .iter()
+                .filter(|(k, _)| k.starts_with("sink/slot_mass/"))
+                .map(|(_, v)| *v)
+                .collect();
+            100.0 * m.iter().sum::<f64>() / m.len() as f64
+        });
     let mut sink_k = Vec::new();
     while let Some(v) = last(&format!("sink/rate_eps{eps}/pos{:02}", sink_k.len() + 1)) {
         sink_k.push(v);
@@ -132,6 +157,10 @@ pub fn run_result(plan: &Plan, run: &RunPlan, eps: &str, threshold: f64) -> RunR
         value_drain,
         sink_k,
         first_mass: last("attn/f_attn").map(|v| 100.0 * v),
+        slot_mass: slot_layers,
+        kurtosis: last("act/kurtosis"),
+        max_abs: last("act/m_act"),
+        secondary: last("sink/secondary_count"),
         curve,
         val_curve: val,
     }
@@ -355,7 +384,10 @@ fn tables(
          layers; value drain = smallest ‖v₁‖/mean‖v_t‖ over heads; emergence = first probe step \
          with Sink₁ > {threshold}% (median over the seeds that crossed, and how many did); loss \
          drop = first evaluation step at which the validation loss has covered half of its drop \
-         (median).\n",
+         (median); slot mass = attention on the slot (or the unused share of a row) averaged \
+         over layers (%); kurtosis = Bondarenko et al.'s kurtosis of the block outputs averaged \
+         over layers; max |h| = the largest |activation| of any block output; secondary sinks = \
+         keys after the first with importance > ε per (layer, sequence, head).\n",
         plan.name,
         plan.file.display(),
         plan.runs.len(),
@@ -378,6 +410,10 @@ fn tables(
             "value drain",
             "emergence step",
             "loss-drop step",
+            "slot mass (%)",
+            "kurtosis",
+            "max |h|",
+            "secondary sinks",
         ]
         .map(String::from),
     );
@@ -421,6 +457,14 @@ fn tables(
             "value_drain_mean",
             "value_drain_std",
             "loss_drop_step_median",
+            "slot_mass_mean",
+            "slot_mass_std",
+            "kurtosis_mean",
+            "kurtosis_std",
+            "max_abs_mean",
+            "max_abs_std",
+            "secondary_mean",
+            "secondary_std",
         ]
         .map(String::from),
     );
@@ -447,6 +491,10 @@ fn tables(
         let median = median_step(&em);
         let drop_median = median_step(&steps(|r| r.loss_drop_step));
         let drain = mean_std(&s.finished(|r| r.value_drain));
+        let slot_mass = mean_std(&s.finished(|r| r.slot_mass));
+        let kurt = mean_std(&s.finished(|r| r.kurtosis));
+        let max_abs = mean_std(&s.finished(|r| r.max_abs));
+        let secondary = mean_std(&s.finished(|r| r.secondary));
         let emergence = match median {
             Some(m) => format!("{m} ({}/{done})", em.len()),
             None => format!("never (0/{done})"),
@@ -466,6 +514,10 @@ fn tables(
             pm(drain, 3),
             emergence,
             drop_median.map_or("–".into(), |m| m.to_string()),
+            pm(slot_mass, 1),
+            pm(kurt, 2),
+            pm(max_abs, 2),
+            pm(secondary, 3),
         ]);
         writeln!(md, "| {} |", cells.join(" | "))?;
         let q = |x: &String| format!("\"{}\"", x.replace('"', "'"));
@@ -501,6 +553,14 @@ fn tables(
             f(drain.0),
             f(drain.1),
             drop_median.map_or(String::new(), |m| m.to_string()),
+            f(slot_mass.0),
+            f(slot_mass.1),
+            f(kurt.0),
+            f(kurt.1),
+            f(max_abs.0),
+            f(max_abs.1),
+            f(secondary.0),
+            f(secondary.1),
         ]);
         writeln!(csv, "{}", row.join(","))?;
     }
