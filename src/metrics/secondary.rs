@@ -63,13 +63,14 @@ mod tests {
     #[test]
     fn eligible_keys_leave_out_the_first_and_the_late_ones() {
         assert_eq!(eligible_keys(64), 1..49); // 1-based keys 2..49: each seen by ≥ 16 queries
-        assert_eq!(eligible_keys(7), 1..5); // ⌈1.75⌉ = 2 queries: keys 1..=4 (0-based)
+        assert_eq!(eligible_keys(7), 1..6); // ⌈1.75⌉ = 2 queries: keys 1..=5 (0-based; rows 5, 6 see key 5)
         assert_eq!(eligible_keys(1), 1..1);
     }
 
-    /// Two sequences × two heads, T = 8 (keys 1..=5 count): head 0 of sequence 0 has α > 0.3
-    /// at keys 2 and 4, head 1 of sequence 1 at key 3 and at key 7 (too late to count); α₁ is
-    /// never a secondary sink.
+    /// Two sequences × two heads, T = 8 (keys 1..=6 count: key 6 is seen by 2 = ⌈8/4⌉ queries):
+    /// head 0 of sequence 0 has α > 0.3 at keys 2 and 4, head 1 of sequence 0 at key 6 (the last
+    /// eligible; its 0.3 at key 5 is not above ε), head 1 of sequence 1 at key 3 and at key 7
+    /// (too late to count); α₁ is never a secondary sink.
     #[test]
     fn secondary_sinks_by_hand() {
         let flat = |hits: &[(usize, f64)]| {
@@ -81,15 +82,15 @@ mod tests {
             h
         };
         let imp = vec![
-            vec![flat(&[(2, 0.5), (4, 0.31)]), flat(&[(5, 0.3)])],
+            vec![flat(&[(2, 0.5), (4, 0.31)]), flat(&[(5, 0.3), (6, 0.35)])],
             vec![flat(&[]), flat(&[(3, 0.4), (7, 0.9)])],
         ];
         let s = secondary_sinks(&imp, 0.3);
-        assert_eq!(s.heads, 50.0);
-        assert_eq!(s.count, 0.75);
+        assert_eq!(s.heads, 75.0);
+        assert_eq!(s.count, 1.0);
         assert_eq!(
             s.by_position,
-            vec![0.0, 0.0, 25.0, 25.0, 25.0, 0.0, 0.0, 0.0]
+            vec![0.0, 0.0, 25.0, 25.0, 25.0, 0.0, 25.0, 0.0]
         );
     }
 }
