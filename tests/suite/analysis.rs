@@ -340,15 +340,27 @@ fn run_all_commands(dir: &Path, name: &str, overrides: &[&str]) -> PathBuf {
         xs
     };
     let sink1 = per("sink1");
-    let overall = a["kinds"]["natural"]["sink_rate"]["0.3"][0].as_f64().unwrap();
+    let overall = a["kinds"]["natural"]["sink_rate"]["0.3"][0]
+        .as_f64()
+        .unwrap();
     let mean = (sink1[0] + sink1[1]) / 2.0;
-    assert!((mean - overall).abs() < 1e-9, "{name}: {sink1:?} vs {overall}");
+    assert!(
+        (mean - overall).abs() < 1e-9,
+        "{name}: {sink1:?} vs {overall}"
+    );
     assert!(per("entropy_norm").iter().all(|e| (0.0..=1.0).contains(e)));
     assert!(per("entropy").iter().all(|e| *e > 0.0), "{name}: {v}");
     assert!(per("kurtosis").iter().all(|k| (0.9..1e6).contains(k)));
     assert!(per("attn_out_max_abs").iter().all(|m| *m > 0.0));
-    assert!(per("secondary_heads").iter().all(|h| (0.0..=100.0).contains(h)));
-    assert!(v["spearman"].is_null(), "{name}: ρ over 2 layers is undefined");
+    assert!(
+        per("secondary_heads")
+            .iter()
+            .all(|h| (0.0..=100.0).contains(h))
+    );
+    assert!(
+        v["spearman"].is_null(),
+        "{name}: ρ over 2 layers is undefined"
+    );
     assert!(is_png(&out.join("valley.png")), "{name}");
     assert!(text.contains("lowest entropy at layer"), "{name}: {text}");
     for f in a["files"].as_array().unwrap() {
