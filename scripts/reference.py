@@ -9,7 +9,7 @@ Nothing here imports or reads sinklab: the forward pass is written from the mode
 specification (parameter names and shapes, forward, attention steps 1-13, the `[model]` TOML
 schema and the probe definition), in float64, numpy only.
 
-For each of 70 tiny cases (d_model 8, 2 layers, 2 heads, d_ff 12, ctx 6, vocab 11, batch 2,
+For each of 82 tiny cases (d_model 8, 2 layers, 2 heads, d_ff 12, ctx 6, vocab 11, batch 2,
 with a few cases at other sizes) the script draws weights (rounded to float32, since that is what
 the Rust model holds), tokens, targets and a loss mask from a generator seeded by the case name,
 and records the logits, the masked mean NLL, the probe attention weights of layer 1 and the
@@ -250,7 +250,20 @@ def param_specs(m, V):
             linear(p + "attn.gate", d, H)
         elif g == "elementwise":
             linear(p + "attn.gate", d, d)
+        elif g == "per_token":
+            # Bondarenko et al.: one (d_h -> 1) gate per head on its own slice, with a bias
+            add(p + "attn.gate.weight", (H, dh), ("normal", 0.3))
+            add(p + "attn.gate.bias", (H,), ("normal", 0.3))
+        elif g == "sparse":
+            # modded-nanogpt: sigma(u[:k] W), W (k, H), no bias
+            add(p + "attn.gate.weight", (a["gate"]["dims"], H), ("normal", 0.3))
         nm = a["normaliser"]
+        if nm["kind"] == "scalable_softmax":
+            n_s = H if nm["per_head"] else 1
+            if nm["trainable"]:
+                add(p + "attn.ssmax_scale", (n_s,), ("gain1",))
+            else:
+                add(p + "attn.ssmax_scale", (n_s,), ("const", np.full(n_s, f32(nm["init"]))), False)
         if nm["kind"] == "linear" and nm["feature_map"] == "mlp":
             add(p + "attn.phi.w1", (dh, dh), ("normal", 0.3))
             add(p + "attn.phi.w2", (dh, dh), ("normal", 0.3))
@@ -532,6 +545,26 @@ def normalise(s, vis, nm, m, kinks):
     if kind == "elu1_normalised":
         e = np.where(V, elu1(s), 0.0)
         return e / e.sum(axis=-1, keepdims=True)
+    if kind == "softpick":
+        # Zuhri et al. (2025), the unshifted formula: ReLU(e^s - 1) / (sum_j |e^s_j - 1| + eps)
+        kinks.see(np.where(V, s, 1.0))  # ReLU and |.| bend at s = 0
+        x = np.where(V, np.exp(np.where(V, s, 0.0)) - 1.0, 0.0)
+        return np.maximum(x, 0.0) / (np.abs(x).sum(axis=-1, keepdims=True) + nm["eps"])
+    if kind == "clipped_softmax":
+        # Bondarenko et al. (2023): clip((zeta - gamma) softmax + gamma, 0, 1); masked keys 0
+        mx = np.where(V, s, -np.inf).max(axis=-1, keepdims=True)
+        e = np.where(V, np.exp(np.where(V, s - mx, 0.0)), 0.0)
+        x = (nm["zeta"] - nm["gamma"]) * e / e.sum(axis=-1, keepdims=True) + nm["gamma"]
+        # a row with one visible key has p = 1 whatever its logit: no kink to stay away from
+        live = V & (V.sum(axis=-1, keepdims=True) > 1)
+        kinks.see(np.where(live, x, 0.5))
+        kinks.see(np.where(live, x - 1.0, 0.5))
+        return np.where(V, np.clip(x, 0.0, 1.0), 0.0)
+    if kind == "scalable_softmax":
+        # the logits arrive already multiplied by sigma ln n (attention())
+        mx = np.where(V, s, -np.inf).max(axis=-1, keepdims=True)
+        e = np.where(V, np.exp(np.where(V, s - mx, 0.0)), 0.0)
+        return e / e.sum(axis=-1, keepdims=True)
     if kind == "linear":
         w = np.where(V, s, 0.0)
         if nm["normaliser"] == "none":
@@ -639,12 +672,17 @@ def attention(m, w, p, u, ctx, kinks, hook=None):
         col = np.broadcast_to(w[p + "attn.sink_logit"][None, :, None, None], (B, H, S, 1))
         s = np.concatenate([col, s], axis=-1)
     c0 = n_sl + M
+    vis = np.concatenate([np.ones((S, c0), dtype=bool), ctx["vis"]], axis=1)
+    if nm["kind"] == "scalable_softmax":
+        # Nakanishi (2025): softmax((sigma ln n_i) z_ij), n_i = the columns row i may see
+        n_i = vis.sum(axis=1).astype(np.float64)  # (S,)
+        sig = np.broadcast_to(w[p + "attn.ssmax_scale"], (H,))
+        s = s * (sig[None, :, None, None] * np.log(n_i)[None, None, :, None])
     if ctx["bias_fn"] is not None:
         pb = ctx["bias_fn"](w, p)  # (H, S, S)
         s = s + np.concatenate([np.zeros((H, S, c0)), pb], axis=-1)[None]
     if p + "attn.spa_bias" in w:
         s = s + w[p + "attn.spa_bias"][:S, :S]
-    vis = np.concatenate([np.ones((S, c0), dtype=bool), ctx["vis"]], axis=1)
     wts = normalise(s, vis, nm, m, kinks)
     if hook is not None:
         wts = hook("pattern", wts)
@@ -670,6 +708,15 @@ def attention(m, w, p, u, ctx, kinks, hook=None):
     elif g == "elementwise":
         gv = sigmoid(lin(u, w, p + "attn.gate", bias))  # (B, S, d)
         out = out * heads(gv)
+    elif g == "per_token":
+        # head h reads its own slice u[..., h dh:(h+1) dh]
+        logit = np.einsum("bshx,hx->bsh", u.reshape(B, S, H, dh), w[p + "attn.gate.weight"])
+        gv = sigmoid(logit + w[p + "attn.gate.bias"])  # (B, S, H)
+        out = out * gv.transpose(0, 2, 1)[..., None]
+    elif g == "sparse":
+        k = a["gate"]["dims"]
+        gv = sigmoid(u[..., :k] @ w[p + "attn.gate.weight"])  # (B, S, H)
+        out = out * gv.transpose(0, 2, 1)[..., None]
     elif g != "none":
         raise ValueError(g)
     if hook is not None:
@@ -968,6 +1015,37 @@ def build_cases():
                                                   beta_ff=(1.0, False))},
          attention=att(query_init="zero", shaping=shaped, value_output=orth,
                        mask={"kind": "sliding_window", "w": 3}))
+    # Newer remedies (docs/reference.md §1.1-1.2): softpick, clipped softmax, Scalable-Softmax, and
+    # the per-token and sparse head gates.
+    case("softpick", "softpick: ReLU(e^s - 1) / (sum |e^s - 1| + 1e-8) (Zuhri et al. 2025)",
+         attention=att(normaliser={"kind": "softpick", "eps": 1e-8}))
+    case("softpick_kv_bias_window", "softpick with a per-head key/value slot and a sliding window of 3",
+         attention=att(normaliser={"kind": "softpick", "eps": 1e-6}, slot={"kind": "kv_bias", "shared": False},
+                       mask={"kind": "sliding_window", "w": 3}))
+    case("softpick_sink_tokens_gate", "softpick with one sink token and the sparse head gate",
+         sink_tokens=1, attention=att(normaliser={"kind": "softpick", "eps": 1e-8},
+                                      gate={"kind": "sparse", "dims": 3}))
+    case("clipped_softmax", "clipped softmax with Bondarenko et al.'s gamma = -0.025, zeta = 1",
+         attention=att(normaliser={"kind": "clipped_softmax", "gamma": -0.025, "zeta": 1.0}))
+    case("clipped_softmax_wide", "clipped softmax, gamma = -0.3, zeta = 1.3: weights below 0.1875 clip to 0, "
+         "above 0.8125 to 1 (both clips reached at this size)",
+         attention=att(normaliser={"kind": "clipped_softmax", "gamma": -0.3, "zeta": 1.3}))
+    case("ssmax_per_head", "Scalable-Softmax: softmax((sigma_h ln n_i) s), sigma per head",
+         attention=att(normaliser={"kind": "scalable_softmax", "per_head": True, "init": 0.5, "trainable": True}))
+    case("ssmax_per_layer_memory_prefix", "Scalable-Softmax, one sigma per layer, 2 memory key/value pairs "
+         "(counted in n) and a prefix of 3",
+         attention=att(normaliser={"kind": "scalable_softmax", "per_head": False, "init": 0.5,
+                                   "trainable": True},
+                       slot={"kind": "memory_kv", "n": 2}, mask={"kind": "prefix", "p": 3}))
+    case("ssmax_fixed_sink_tokens", "Scalable-Softmax with a fixed sigma = 0.7 per head and 2 sink tokens "
+         "(counted in n)", sink_tokens=2,
+         attention=att(normaliser={"kind": "scalable_softmax", "per_head": True, "init": 0.7, "trainable": False}))
+    case("gate_per_token", "Bondarenko et al.'s per-token gate: sigma(u_h . w_h + b_h) on head h's own slice",
+         attention=att(gate={"kind": "per_token", "init": 0.25}))
+    case("gate_sparse", "sparse head gate: sigma(u[:3] W), W (3, H), no bias (modded-nanogpt)",
+         attention=att(gate={"kind": "sparse", "dims": 3}))
+    case("gate_per_token_gqa_bias", "per-token gate with grouped-query attention and biases everywhere",
+         n_heads=4, n_kv_heads=2, bias=True, attention=att(gate={"kind": "per_token", "init": 0.25}))
     names = [c["name"] for c in C]
     assert len(names) == len(set(names))
     return C
@@ -1103,6 +1181,58 @@ def self_checks():
                 if bias:
                     wgk[f"blocks.{l}.attn.gate.bias"] = np.zeros(width)
             close(logits(mgk, wgk, tok), want)
+    # newer remedies (docs/reference.md §1.1-1.2)
+    # clipped softmax with gamma = 0, zeta = 1 == softmax
+    close(logits(make_model(attention={"normaliser": {"kind": "clipped_softmax", "gamma": 0.0, "zeta": 1.0}}),
+                 w, tokens), ref)
+    # Scalable-Softmax with sigma = 1 / ln T under a prefix p = T (every query sees T keys) == softmax
+    T = base["ctx"]
+    mpre = make_model(attention={"mask": {"kind": "prefix", "p": T}})
+    mss = make_model(attention={"mask": {"kind": "prefix", "p": T},
+                                "normaliser": {"kind": "scalable_softmax", "per_head": True,
+                                               "init": 1.0 / math.log(T), "trainable": True}})
+    wss = dict(w)
+    for l in range(2):
+        wss[f"blocks.{l}.attn.ssmax_scale"] = np.full(2, 1.0 / math.log(T))
+    close(logits(mss, wss, tokens), logits(mpre, w, tokens))
+    # Scalable-Softmax with sigma = 0 == softmax with W_Q = 0 (uniform attention)
+    wq0 = dict(w)
+    for l in range(2):
+        wss[f"blocks.{l}.attn.ssmax_scale"] = np.zeros(2)
+        wq0[f"blocks.{l}.attn.wq.weight"] = np.zeros((8, 8))
+    mss0 = make_model(attention={"normaliser": {"kind": "scalable_softmax", "per_head": True, "init": 0.0,
+                                                "trainable": True}})
+    ref_q0 = logits(base, wq0, tokens)
+    assert np.max(np.abs(ref_q0 - ref)) > 1e-3
+    close(logits(mss0, wss, tokens), ref_q0)
+    # softpick with W_Q = 0: every logit is 0, every weight 0, attention adds nothing == W_O = 0
+    wqo0 = dict(wq0)
+    for l in range(2):
+        wqo0[f"blocks.{l}.attn.wo.weight"] = np.zeros((8, 8))
+    close(logits(make_model(attention={"normaliser": {"kind": "softpick", "eps": 1e-8}}), wq0, tokens),
+          logits(base, wqo0, tokens))
+    # per-token and sparse gates at zero weights (and zero bias) == W_O halved; a sparse gate on all
+    # d dimensions == the headwise gate without bias, same weights
+    half = dict(w)
+    for l in range(2):
+        half[f"blocks.{l}.attn.wo.weight"] = w[f"blocks.{l}.attn.wo.weight"] / 2
+    want = logits(base, half, tokens)
+    wpt, wsp = dict(w), dict(w)
+    for l in range(2):
+        wpt[f"blocks.{l}.attn.gate.weight"] = np.zeros((2, 4))
+        wpt[f"blocks.{l}.attn.gate.bias"] = np.zeros(2)
+        wsp[f"blocks.{l}.attn.gate.weight"] = np.zeros((3, 2))
+    close(logits(make_model(attention={"gate": {"kind": "per_token", "init": 0.5}}), wpt, tokens), want)
+    close(logits(make_model(attention={"gate": {"kind": "sparse", "dims": 3}}), wsp, tokens), want)
+    whw = dict(w)
+    for l in range(2):
+        whw[f"blocks.{l}.attn.gate.weight"] = f32(rng.normal(0, 0.5, size=(8, 2)))
+    close(logits(make_model(attention={"gate": {"kind": "sparse", "dims": 8}}), whw, tokens),
+          logits(make_model(attention={"gate": {"kind": "headwise"}}), whw, tokens))
+    # softpick: rows sum to at most 1 and masked entries are exactly 0
+    _, pp = forward(make_model(attention={"normaliser": {"kind": "softpick", "eps": 1e-8}}), w, tokens)
+    assert np.all(pp[1].sum(-1) <= 1.0 + 1e-12)
+    assert np.all(pp[1][..., np.triu(np.ones((6, 6), dtype=bool), 1)] == 0.0)
     # probe rows: softmax rows sum to 1 and masked entries are exactly 0
     _, probes = forward(base, w, tokens)
     close(probes[1].sum(-1), np.ones((2, 2, 6)))

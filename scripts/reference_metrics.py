@@ -57,6 +57,21 @@ Every metric above is then computed on the split A (hidden [L,B,T,D], keys/value
   slot_mass_layer[l]  = mean_{b,h,i} slot_mass[l,b,h,i]
   gate_mean[l]        = plain mean of every entry of gate[l] ([B, S, G]), when a case has one
 
+Newer metrics (docs/reference.md §4; every case also carries attn_out [L, B, T, D], the attention
+output after W_O, drawn from a generator seeded by the case name after its other inputs):
+  kurtosis[l]         = mean_b mu4 / (std^4 + 1e-6) of the T*D values of hidden[l, b]: mu4 the mean
+                        fourth power of the deviations from their mean, std with ddof = 1 (Bondarenko
+                        et al.'s utils.kurtosis on x.view(B, -1)); attn_out_kurtosis[l] likewise
+  attn_out_max_abs[l] = mean_b max |attn_out[l, b]|
+  secondary[l]        = at eps 0.3, over the (b, h) of layer l and the keys k = 1 .. T - ceil(T/4)
+                        (0-based; keys at least a quarter of the queries see): heads = 100 * share of
+                        (b, h) with some alpha[l,b,h,k] > 0.3, count = mean number of such k per (b, h),
+                        by_position[k] = 100 * share of (b, h) with alpha[l,b,h,k] > 0.3 (0 elsewhere)
+  repr_entropy[l]     = mean_b -sum lam log lam over the eigenvalues lam of K / tr K, K = X X^T,
+                        X = hidden[l, b] (T x D, not centred; numpy.linalg.eigvalsh, negatives from
+                        rounding taken as 0); repr_entropy_norm[l] = that / ln min(T, D)
+  sink1_layer[l]      = mean_h of 100 * mean_b [alpha[l,b,h,0] > 0.3]
+
 Cases: "random_L3_T12" (strong token-1 sinks, sinks on token 3 = index 2, uniform-ish and
 random heads; injected massive activations that pass and fail each half of the rule),
 "thresholds_T4" (hand-built, importances exactly at or 1e-4 / 2^-10 around the thresholds;
@@ -404,10 +419,14 @@ def random_attention(rng, L, B, H, T, kinds):
                     col = 0 if kind == "sink0" else 2
                     z[:, col] += strength
                 logits[l, b, h] = z
-    a = softmax_causal(logits)
-    # Quantise to multiples of 1e-6 (short JSON), then give each row's largest entry the
-    # rounding residual so that every row sums to exactly 1,000,000 micro-units; the inputs
-    # are the float32 roundings of those decimals (rows sum to 1 within float32 precision).
+    return quantised(softmax_causal(logits))
+
+
+def quantised(a):
+    """Causal attention quantised to multiples of 1e-6 (short JSON), each row's largest entry
+    given the rounding residual so that every row sums to exactly 1,000,000 micro-units; the
+    inputs are the float32 roundings of those decimals (rows sum to 1 within float32 precision)."""
+    T = a.shape[-1]
     q = np.round(a * 1e6).astype(np.int64)
     rows = q.reshape(-1, T)
     rows[np.arange(rows.shape[0]), rows.argmax(-1)] += 1_000_000 - rows.sum(-1)
@@ -549,6 +568,45 @@ def case_probe_t64():
     desc = ("T=64 as the real probe (k reported 1..10 of 64): a token-1 sink head and a random head; "
             "one massive activation that counts and one (700) that does not")
     return "probe_T64", desc, attn, hidden, keys, values, True
+
+
+def case_secondary_valley_t16():
+    """Planted secondary sinks and a compression valley (L = 3, B = 2, H = 3, T = 16, D = 8)."""
+    rng = np.random.default_rng(1616)
+    L, B, H, T, D, dh = 3, 2, 3, 16, 8, 4
+    logits = rng.normal(0.0, 1.0, size=(L, B, H, T, T))
+    # layer 0: head 0 a token-1 sink; head 1 a secondary sink on key 5 (index 4) in sequence 0
+    # only; head 2 random. Layer 1: head 0 secondary sinks on keys 4 and 9 (indices 3, 8) in both
+    # sequences; head 1 attends to itself (the last keys' alpha is ~1 but too late to count,
+    # earlier ones count only where alpha > 0.3); head 2 a token-1 sink. Layer 2: random heads
+    # but a sink on index 13 (seen by 3 < ceil(16/4) = 4 queries: never counted).
+    logits[0, :, 0, :, 0] += 6.0
+    logits[0, 0, 1, :, 4] += 4.0
+    logits[1, :, 0, :, 3] += 3.5
+    logits[1, :, 0, :, 8] += 3.5
+    logits[1, :, 1] += 6.0 * np.eye(T)
+    logits[1, :, 2, :, 0] += 6.0
+    logits[2, :, :, :, 13] += 5.0
+    for _ in range(100):
+        attn = quantised(softmax_causal(logits))
+        if alpha_margin(importance(attn)) > MARGIN:
+            break
+        logits += rng.normal(0.0, 0.01, size=logits.shape)
+    else:
+        raise RuntimeError("could not draw attention away from the thresholds")
+    # hidden: layer 0 isotropic; layer 1 token 1 massive (x 60 along one direction): a valley;
+    # layer 2 the tokens spread over two directions only (low rank)
+    h = rng.normal(0.0, 1.0, size=(L, B, T, D))
+    h[1, :, 0, :] = 0.0
+    h[1, :, 0, 2] = 60.0
+    h[2] = rng.normal(0.0, 1.0, size=(B, T, 2)) @ rng.normal(0.0, 1.0, size=(2, D))
+    hidden = as_f32(np.round(h, 4))
+    keys = random_kv(rng, L, B, H, T, dh, first_scale=[1.0, 1.0, 1.0])
+    values = random_kv(rng, L, B, H, T, dh, first_scale=[1.0, 1.0, 1.0])
+    desc = ("planted secondary sinks (keys 5 in one sequence, 4 and 9 in both, a self-attending "
+            "head, a late sink at 14 that is never counted) and a compression valley (layer 1: "
+            "token 1 carries |h| = 60 on one channel; layer 2: rank-2 tokens)")
+    return "secondary_valley_T16", desc, attn, hidden, keys, values, True
 
 
 # ---------------------------------------------------------------------------------------
@@ -707,6 +765,93 @@ def case_signed_memory_t9():
 
 # ---------------------------------------------------------------------------------------
 
+def kurtosis(x):
+    """Bondarenko et al.'s kurtosis of one sample: mu4 / (std(ddof=1)^4 + 1e-6)."""
+    x = np.asarray(x, dtype=np.float64).ravel()
+    mu4 = ((x - x.mean()) ** 4).mean()
+    return float(mu4 / (x.std(ddof=1) ** 4 + 1e-6))
+
+
+def outlier_metrics(x):
+    """x [L, B, T, D] -> ([mean_b kurtosis per layer], [mean_b max|x| per layer])."""
+    kurt = [float(np.mean([kurtosis(x[l, b]) for b in range(x.shape[1])])) for l in range(x.shape[0])]
+    mx = [float(np.mean([np.abs(x[l, b]).max() for b in range(x.shape[1])])) for l in range(x.shape[0])]
+    return kurt, mx
+
+
+SECONDARY_EPS = 0.3
+
+
+def secondary_sinks(alpha):
+    """alpha [L, B, H, T] -> per layer {heads, count, by_position} (Wong et al.'s secondary sinks
+    through Gu et al.'s importance, keys 1 .. T - ceil(T/4))."""
+    L, B, H, T = alpha.shape
+    last = T - math.ceil(0.25 * T)  # keys k with T - k >= ceil(T/4), 0-based
+    out = []
+    for l in range(L):
+        by_pos = [0] * T
+        with_one, total = 0, 0
+        for b in range(B):
+            for h in range(H):
+                n = 0
+                for k in range(1, last + 1):
+                    if alpha[l, b, h, k] > SECONDARY_EPS:
+                        by_pos[k] += 1
+                        n += 1
+                total += n
+                with_one += n > 0
+        pairs = B * H
+        out.append({"heads": 100.0 * with_one / pairs, "count": total / pairs,
+                    "by_position": [100.0 * c / pairs for c in by_pos]})
+    return out
+
+
+def repr_entropy(hidden):
+    """hidden [L, B, T, D] -> ([mean_b S per layer], [that / ln min(T, D)])."""
+    L, B, T, D = hidden.shape
+    nats = []
+    for l in range(L):
+        ss = []
+        for b in range(B):
+            X = hidden[l, b].astype(np.float64)
+            K = X @ X.T
+            tr = np.trace(K)
+            if tr <= 0:
+                ss.append(0.0)
+                continue
+            lam = np.clip(np.linalg.eigvalsh(K / tr), 0.0, None)
+            lam = lam[lam > 0]
+            ss.append(float(-(lam * np.log(lam)).sum()))
+        nats.append(float(np.mean(ss)))
+    return nats, [x / math.log(min(T, D)) for x in nats]
+
+
+def sink1_by_layer(alpha):
+    L, B, H, T = alpha.shape
+    return [float(np.mean([100.0 * np.mean(alpha[l, :, h, 0] > SECONDARY_EPS) for h in range(H)]))
+            for l in range(L)]
+
+
+def attn_out_of(name, hidden):
+    """The attention output [L, B, T, D] of a case: N(0, 0.5) with a planted outlier channel
+    (channel 1 of every token x 20) in the first layer, 4 decimals; its own generator."""
+    import zlib
+    rng = np.random.default_rng(zlib.crc32((name + "/attn_out").encode()))
+    x = rng.normal(0.0, 0.5, size=hidden.shape)
+    x[0, :, :, 1 % hidden.shape[3]] *= 20.0
+    return as_f32(np.round(x, 4))
+
+
+def add_new_metrics(expected, name, attn, hidden, attn_out):
+    alpha = importance(attn)
+    kh, _ = outlier_metrics(hidden)
+    ka, ma = outlier_metrics(attn_out)
+    en, enn = repr_entropy(hidden)
+    expected.update(kurtosis=kh, attn_out_kurtosis=ka, attn_out_max_abs=ma,
+                    secondary=secondary_sinks(alpha), repr_entropy=en, repr_entropy_norm=enn,
+                    sink1_layer=sink1_by_layer(alpha))
+
+
 def expected_metrics(name, attn, hidden, keys, values, random_case):
     alpha = importance(attn)
     # cross-check the loop version against a vectorised one
@@ -774,15 +919,19 @@ def add_synthetic_metrics(expected, attn, values):
     expected["first_by_query"] = first_by_query(attn, groups)
 
 
-def build_case(name, desc, attn, hidden, keys, values, random_case):
+def build_case(name, desc, attn, hidden, keys, values, random_case, attn_out=None):
+    attn_out = attn_out_of(name, hidden) if attn_out is None else attn_out
+    expected = expected_metrics(name, attn, hidden, keys, values, random_case)
+    add_new_metrics(expected, name, attn, hidden, attn_out)
     return {
         "name": name,
         "description": desc,
         "attn": f32_json(attn),
         "hidden": f32_json(hidden),
+        "attn_out": f32_json(attn_out),
         "keys": f32_json(keys),
         "values": f32_json(values),
-        "expected": expected_metrics(name, attn, hidden, keys, values, random_case),
+        "expected": expected,
     }
 
 
@@ -800,6 +949,8 @@ def build_slot_case(name, desc, proxy, slot_cols, sink_tokens, raw, hidden, keys
     # every proxy splits a row into real-token mass + slot mass that add up to ~1
     assert np.allclose(attn.sum(-1) + mass, 1.0, rtol=0, atol=1e-6), name
     expected = expected_metrics(name, attn, hidden, keys, values, True)
+    attn_out = attn_out_of(name, hidden)
+    add_new_metrics(expected, name, attn, hidden, attn_out)
     simp = slot_importance(mass)
     assert np.allclose(simp, mass.mean(-1), rtol=0, atol=1e-14)
     assert alpha_margin(simp) > MARGIN, name
@@ -818,6 +969,7 @@ def build_slot_case(name, desc, proxy, slot_cols, sink_tokens, raw, hidden, keys
         "sink_tokens": sink_tokens,
         "raw_attn": f32_json(raw),
         "hidden": f32_json(hidden),
+        "attn_out": f32_json(attn_out),
         "keys": f32_json(keys),
         "values": f32_json(values),
     }
@@ -833,7 +985,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=str(DEFAULT_OUT), help="output JSON (default: %(default)s)")
     args = ap.parse_args()
-    cases = [build_case(*c()) for c in (case_random_l3_t12, case_thresholds_t4, case_probe_t64)]
+    cases = [build_case(*c()) for c in (case_random_l3_t12, case_thresholds_t4, case_probe_t64,
+                                        case_secondary_valley_t16)]
     cases += [build_slot_case(*c()) for c in (case_softmax_slot_t8, case_kv_bias_sink_tokens_t6,
                                               case_softmax_n_t10, case_sigmoid_t7,
                                               case_signed_memory_t9)]

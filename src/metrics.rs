@@ -20,10 +20,25 @@
 //!   (B, H, T), through a [`Proxy`] for non-softmax normalisers; `Sink₁*` on the slot is
 //!   `100 · mean_{l,b,h} 1[mean_t mass > ε]` (every query sees the slot);
 //! - F-Attn: mean attention on the first real token, `mean_{b,h,t} A[t,0]`; M-Act: the largest
-//!   per-layer mean top-1 |h|.
+//!   per-layer mean top-1 |h|;
+//! - outliers (Bondarenko et al. 2023, [`outliers`]): the kurtosis and ∞-norm of each
+//!   sequence's block output and attention output (after W_O), averaged over sequences (the
+//!   residual stream's ∞-norm is top-1 |h| above);
+//! - secondary sinks (Wong et al. 2025, [`secondary`]): keys after the first with α_k > ε;
+//! - the matrix entropy of each sequence's block output (Queipo-de-Llano et al. 2025,
+//!   [`spectrum`]) beside Sink₁ per layer.
 
 use crate::config::{FeatureMap, NormaliserConfig};
 use std::collections::BTreeMap;
+
+pub mod eigen;
+mod outliers;
+mod secondary;
+mod spectrum;
+
+pub use outliers::{KURTOSIS_EPS, Outliers, kurtosis, outliers};
+pub use secondary::{MIN_QUERY_SHARE, Secondary, eligible_keys, secondary_sinks};
+pub use spectrum::{Entropy, matrix_entropy, representation_entropy};
 
 pub use crate::config::{EPS_GRID, HEADLINE_EPS};
 
@@ -60,8 +75,10 @@ impl Array {
 pub enum Proxy {
     /// Rows already sum to 1 (softmax, normalised sigmoid / elu+1): used as they are.
     Weights,
-    /// Rows sum to at most 1 and the rest is mass on an implicit zero key (softmax_n): used as
-    /// they are, `1 − Σ` added to the slot mass.
+    /// Rows sum to at most 1 and the rest is mass on an implicit zero key (softmax_n), or on
+    /// nothing (softpick, clipped softmax: the output is a partial update `Σ_j A_ij v_j` with
+    /// `Σ_j A_ij ≤ 1`, as if the rest sat on a zero value): used as they are, `1 − Σ` added to
+    /// the slot mass.
     ImplicitSlot,
     /// Non-negative unnormalised weights (sigmoid, elu+1, linear elu+1 kernel):
     /// `w / (Σ w + 1e-8)`.
@@ -75,9 +92,12 @@ impl Proxy {
     pub fn for_normaliser(n: &NormaliserConfig) -> Self {
         match n {
             NormaliserConfig::Softmax {}
+            | NormaliserConfig::ScalableSoftmax { .. }
             | NormaliserConfig::SigmoidNormalised {}
             | NormaliserConfig::Elu1Normalised {} => Proxy::Weights,
-            NormaliserConfig::SoftmaxN { .. } => Proxy::ImplicitSlot,
+            NormaliserConfig::SoftmaxN { .. }
+            | NormaliserConfig::Softpick { .. }
+            | NormaliserConfig::ClippedSoftmax { .. } => Proxy::ImplicitSlot,
             NormaliserConfig::Sigmoid { .. }
             | NormaliserConfig::Elu1 {}
             | NormaliserConfig::Relu {} => Proxy::NonNegative,
@@ -387,6 +407,8 @@ pub struct LayerArrays {
     pub keys: Array,
     pub values: Array,
     pub hidden: Array,
+    /// The attention sub-block's output after W_O, (B, T, d) (`attn_out`).
+    pub attn_out: Array,
     /// Mean output-gate value, if the layer has a gate.
     pub gate_mean: Option<f64>,
 }
@@ -420,6 +442,20 @@ pub struct SinkReport {
     pub first_by_query: Option<Vec<Vec<Vec<f64>>>>,
     /// Probe length T (the keys per query row), for F-Attn's uniform floor.
     pub probe_len: usize,
+    /// [layer] kurtosis and ∞-norm of the block output (Bondarenko et al.).
+    pub outliers: Vec<Outliers>,
+    /// [layer] the same of the attention output after W_O.
+    pub attn_out: Vec<Outliers>,
+    /// [layer] secondary sinks at the headline ε.
+    pub secondary: Vec<Secondary>,
+    /// [layer] matrix entropy of the block output's token representations.
+    pub repr_entropy: Vec<Entropy>,
+}
+
+/// The mean of some numbers; 0 for none.
+fn mean(xs: impl Iterator<Item = f64>) -> f64 {
+    let (s, n) = xs.fold((0.0, 0usize), |(s, n), x| (s + x, n + 1));
+    if n == 0 { 0.0 } else { s / n as f64 }
 }
 
 /// Format an ε for metric names: 0.3 → "0.3".
@@ -446,14 +482,22 @@ pub struct LayerSummary {
     pub value_drain: Vec<f64>,
     pub first_by_query: Option<Vec<Vec<f64>>>,
     pub gate_mean: Option<f64>,
+    /// Kurtosis and ∞-norm of the block output and of the attention output.
+    pub outliers: Outliers,
+    pub attn_out: Outliers,
+    /// Secondary sinks at the headline ε.
+    pub secondary: Secondary,
+    pub repr_entropy: Entropy,
 }
 
 impl LayerSummary {
     /// The summary of one layer's probe arrays, with the queries in groups if given ((B, T)
     /// group ids, number of groups).
     pub fn of(l: &LayerArrays, groups: Option<(&[usize], usize)>) -> Self {
+        let importance = importance(&l.attn);
         LayerSummary {
-            importance: importance(&l.attn),
+            secondary: secondary_sinks(&importance, HEADLINE_EPS),
+            importance,
             slot_importance: l.slot_mass.as_ref().map(slot_importance),
             slot_mass: l
                 .slot_mass
@@ -467,6 +511,9 @@ impl LayerSummary {
             value_drain: value_drain(&l.values),
             first_by_query: groups.map(|(g, n)| first_by_query(&l.attn, g, n)),
             gate_mean: l.gate_mean,
+            outliers: outliers(&l.hidden),
+            attn_out: outliers(&l.attn_out),
+            repr_entropy: representation_entropy(&l.hidden),
         }
     }
 }
@@ -543,6 +590,10 @@ impl SinkReport {
                 .and_then(|l| l.first())
                 .and_then(|s| s.first())
                 .map_or(0, Vec::len),
+            outliers: layers.iter().map(|l| l.outliers).collect(),
+            attn_out: layers.iter().map(|l| l.attn_out).collect(),
+            secondary: layers.iter().map(|l| l.secondary.clone()).collect(),
+            repr_entropy: layers.iter().map(|l| l.repr_entropy).collect(),
         }
     }
 
@@ -561,9 +612,32 @@ impl SinkReport {
         self.first_mass.iter().sum::<f64>() / self.first_mass.len().max(1) as f64
     }
 
-    /// M-Act: the largest per-layer mean top-1 |h|.
+    /// M-Act: the largest per-layer mean top-1 |h| (Bondarenko et al.'s "max ∞-norm" of the
+    /// residual stream).
     pub fn m_act(&self) -> f64 {
         self.hidden.iter().map(|h| h.top3[0]).fold(0.0, f64::max)
+    }
+
+    /// The block output's kurtosis averaged over layers (Bondarenko et al.'s "avg. kurtosis",
+    /// over the residual stream).
+    pub fn kurtosis(&self) -> f64 {
+        mean(self.outliers.iter().map(|o| o.kurtosis))
+    }
+
+    /// Secondary sinks per (layer, sequence, head), and the share (%) of (layer, sequence,
+    /// head) with at least one, at the headline ε.
+    pub fn secondary_sinks(&self) -> (f64, f64) {
+        (
+            mean(self.secondary.iter().map(|s| s.count)),
+            mean(self.secondary.iter().map(|s| s.heads)),
+        )
+    }
+
+    /// [layer] Sink₁ at the headline ε (%): the layer's heads' mean of [`sink1_by_head`].
+    pub fn sink1_by_layer(&self) -> Option<Vec<f64>> {
+        self.sink1_by_head
+            .get(&eps_name(HEADLINE_EPS))
+            .map(|layers| layers.iter().map(|h| mean(h.iter().copied())).collect())
     }
 
     /// Scalars under sinklab's metric names (a documented API; zero-padded so they sort):
@@ -576,7 +650,13 @@ impl SinkReport {
     /// `attn/f_attn_uniform` its floor (uniform causal attention at the probe length);
     /// `kv/value_drain/layer{ll}_head{hh}`; on a synthetic task
     /// `bb/attn_first_{dormant,trigger{i}}/layer{ll}_head{hh}`;
-    /// `act/m_act`; with gates `attn/gate_mean/layer{ll}`.
+    /// `act/m_act`; with gates `attn/gate_mean/layer{ll}`; the outlier metrics
+    /// `act/kurtosis/layer{ll}`, `act/kurtosis` (mean over layers), `attn_out/kurtosis/layer{ll}`,
+    /// `attn_out/max_abs/layer{ll}`; secondary sinks at the headline ε
+    /// `sink/secondary_heads/layer{ll}` (%), `sink/secondary_count/layer{ll}` and their layer
+    /// means `sink/secondary_heads`, `sink/secondary_count`; the representation entropy
+    /// `repr/entropy/layer{ll}` (nats), `repr/entropy_norm/layer{ll}` beside Sink₁ per layer
+    /// `sink/layer_rate_eps{ε}/layer{ll}`.
     pub fn scalars(&self) -> Vec<(String, f64)> {
         let mut out = Vec::new();
         for (e, rates) in &self.sink_rate {
@@ -648,116 +728,30 @@ impl SinkReport {
                 out.push((format!("attn/gate_mean/layer{l:02}"), *g));
             }
         }
+        for (l, (h, a)) in self.outliers.iter().zip(&self.attn_out).enumerate() {
+            out.push((format!("act/kurtosis/layer{l:02}"), h.kurtosis));
+            out.push((format!("attn_out/kurtosis/layer{l:02}"), a.kurtosis));
+            out.push((format!("attn_out/max_abs/layer{l:02}"), a.max_abs));
+        }
+        out.push(("act/kurtosis".to_string(), self.kurtosis()));
+        for (l, s) in self.secondary.iter().enumerate() {
+            out.push((format!("sink/secondary_heads/layer{l:02}"), s.heads));
+            out.push((format!("sink/secondary_count/layer{l:02}"), s.count));
+        }
+        let (count, heads) = self.secondary_sinks();
+        out.push(("sink/secondary_count".to_string(), count));
+        out.push(("sink/secondary_heads".to_string(), heads));
+        for (l, e) in self.repr_entropy.iter().enumerate() {
+            out.push((format!("repr/entropy/layer{l:02}"), e.nats));
+            out.push((format!("repr/entropy_norm/layer{l:02}"), e.normalised));
+        }
+        let e = eps_name(HEADLINE_EPS);
+        for (l, r) in self.sink1_by_layer().iter().flatten().enumerate() {
+            out.push((format!("sink/layer_rate_eps{e}/layer{l:02}"), *r));
+        }
         out
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_median_of_an_even_count_is_the_mean_of_the_middle_two() {
-        assert_eq!(median(vec![7.0]), 7.0);
-        assert_eq!(median(vec![3.0, 1.0]), 2.0); // not the larger of 2 (bench's 2 rounds)
-        assert_eq!(median(vec![5.0, 1.0, 3.0]), 3.0);
-        assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), 2.5);
-        assert_eq!(median(vec![-1.0, 10.0, 0.5, 0.5]), 0.5);
-    }
-
-    #[test]
-    fn uniform_causal_attention_gives_the_f_attn_floor() {
-        // H_64 / 64 = 4.743890... / 64 (harmonic number by hand to 6 digits)
-        assert!((uniform_first_mass(64) - 0.074123).abs() < 5e-7);
-        assert_eq!(uniform_first_mass(1), 1.0);
-        // A uniform causal (1, 1, T, T) matrix has exactly this F-Attn.
-        let t = 9;
-        let mut data = vec![0f32; t * t];
-        for i in 0..t {
-            for j in 0..=i {
-                data[i * t + j] = 1.0 / (i + 1) as f32;
-            }
-        }
-        let a = Array::new(vec![1, 1, t, t], data);
-        assert!((first_token_mass(&a) - uniform_first_mass(t)).abs() < 1e-7);
-    }
-
-    /// Two heads, T = 3, built by hand.
-    fn tiny() -> Array {
-        #[rustfmt::skip]
-        let data = vec![
-            // head 0: everything on token 1
-            1.0, 0.0, 0.0,
-            1.0, 0.0, 0.0,
-            1.0, 0.0, 0.0,
-            // head 1: attend to self
-            1.0, 0.0, 0.0,
-            0.0, 1.0, 0.0,
-            0.0, 0.0, 1.0,
-        ];
-        Array::new(vec![1, 2, 3, 3], data)
-    }
-
-    #[test]
-    fn importance_by_hand() {
-        let imp = importance(&tiny());
-        assert_eq!(imp[0][0], vec![1.0, 0.0, 0.0]);
-        // head 1: key 0 seen by 3 queries, gets 1 of 3; key 1: 1 of 2; key 2: 1 of 1
-        assert!((imp[0][1][0] - 1.0 / 3.0).abs() < 1e-12);
-        assert!((imp[0][1][1] - 0.5).abs() < 1e-12);
-        assert!((imp[0][1][2] - 1.0).abs() < 1e-12);
-        let rates = sink_rates(std::slice::from_ref(&imp), 0.3, 3);
-        assert_eq!(rates, vec![100.0, 50.0, 50.0]);
-        // strict >: α = 0.5 at k=1 is not above 0.5
-        let rates = sink_rates(std::slice::from_ref(&imp), 0.5, 3);
-        assert_eq!(rates, vec![50.0, 0.0, 50.0]);
-        // by head: head 0 has α₁ = 1, head 1 has α₁ = 1/3
-        assert_eq!(
-            sink1_by_head(std::slice::from_ref(&imp), 0.3),
-            vec![vec![100.0, 100.0]]
-        );
-        assert_eq!(sink1_by_head(&[imp], 0.5), vec![vec![100.0, 0.0]]);
-    }
-
-    #[test]
-    fn entropy_of_one_hot_and_uniform_rows() {
-        assert_eq!(entropy(&tiny()), 0.0);
-        let u = Array::new(vec![1, 1, 1, 4], vec![0.25; 4]);
-        assert!((entropy(&u) - 4f64.ln()).abs() < 1e-9);
-    }
-
-    #[test]
-    fn hidden_stats_by_hand() {
-        // B=1, T=3, D=2; token 0 is large.
-        let h = Array::new(vec![1, 3, 2], vec![300.0, 400.0, 0.0, 1.0, 1.0, 0.0]);
-        let s = hidden_stats(&h);
-        assert!((s.norm_first - 500.0).abs() < 1e-9);
-        assert!((s.norm_rest - 1.0).abs() < 1e-9);
-        assert!((s.norm_ratio - 500.0).abs() < 1e-9);
-        assert_eq!(s.top3, [400.0, 300.0, 1.0]);
-        assert!((s.median_abs - 1.0).abs() < 1e-12);
-        // 400 > 100 but 400 < 1000 × median (= 1000): not massive
-        assert_eq!(s.massive_count, 0.0);
-    }
-
-    #[test]
-    fn metric_names_are_stable() {
-        let layers = vec![LayerArrays {
-            attn: tiny(),
-            slot_mass: None,
-            gate_mean: None,
-            queries: None,
-            keys: Array::new(vec![1, 2, 3, 1], vec![3.0, 1.0, 1.0, 4.0, 1.0, 1.0]),
-            values: Array::new(vec![1, 2, 3, 1], vec![0.0; 6]),
-            hidden: Array::new(vec![1, 3, 2], vec![1.0; 6]),
-        }];
-        let r = SinkReport::compute(&layers, &[0.3], 3);
-        let names: Vec<String> = r.scalars().into_iter().map(|(n, _)| n).collect();
-        assert_eq!(names[0], "sink/rate_eps0.3/pos01");
-        assert!(names.contains(&"sink/importance_first/layer00_head01".to_string()));
-        assert!(names.contains(&"act/norm_ratio/layer00".to_string()));
-        assert!(names.contains(&"kv/key_norm_first/layer00".to_string()));
-        assert_eq!(r.key_norms[0], (3.5, 1.0));
-        assert_eq!(r.sink1(), Some(100.0));
-    }
-}
+mod tests;

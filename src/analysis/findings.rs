@@ -25,6 +25,9 @@ pub struct AnalysisReport {
     pub qk: Vec<Vec<QkHead>>,
     pub bars: BarsReport,
     pub attention_maps: Vec<MapFile>,
+    /// Sink₁ beside the representation entropy, outliers and secondary sinks, per layer of the
+    /// natural probe.
+    pub valley: super::valley::Valley,
     pub files: Vec<String>,
 }
 
@@ -67,6 +70,13 @@ pub struct KindSummary {
     pub f_attn: f64,
     pub m_act: f64,
     pub entropy: Vec<f64>,
+    /// The block output's kurtosis averaged over layers (Bondarenko et al.).
+    pub kurtosis: f64,
+    /// Secondary sinks per (layer, sequence, head) and the share (%) with one, at ε = 0.3.
+    pub secondary_count: f64,
+    pub secondary_heads: f64,
+    /// [layer] matrix entropy S / ln min(T, d) of the block output.
+    pub repr_entropy: Vec<f64>,
 }
 
 impl KindSummary {
@@ -94,6 +104,10 @@ impl KindSummary {
             f_attn: report.f_attn(),
             m_act: report.m_act(),
             entropy: report.entropy.clone(),
+            kurtosis: report.kurtosis(),
+            secondary_count: report.secondary_sinks().0,
+            secondary_heads: report.secondary_sinks().1,
+            repr_entropy: report.repr_entropy.iter().map(|e| e.normalised).collect(),
         }
     }
 }

@@ -140,6 +140,7 @@ pub fn analyze(
     let (report, batch) = (&natural.report, &natural.batch);
     let attention_maps = maps_section(run, o, report, batch, proxy, star, &mut out)?;
     lap("attention maps", log);
+    let valley = super::valley::section(report, &mut out)?;
     let value = AnalysisReport {
         run_dir: run.run_dir.clone(),
         checkpoint: run.checkpoint.clone(),
@@ -162,6 +163,7 @@ pub fn analyze(
         qk,
         bars,
         attention_maps,
+        valley,
         files: out.files.clone(),
     };
     out.json("analysis.json", &value)?;

@@ -34,6 +34,7 @@ pub mod patch;
 pub mod probes;
 pub mod stream;
 pub mod tasks;
+pub mod valley;
 
 use crate::model::Lm;
 use crate::plot;

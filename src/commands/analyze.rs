@@ -186,6 +186,42 @@ fn print(r: &AnalysisReport, dir: &std::path::Path) {
             m(&|h| h.norm_rest)
         );
     }
+    let v = &r.valley;
+    println!(
+        "\nlayer | {}_1 (%) | entropy S/ln min(T,d) | kurtosis | max |h| | attn-out kurtosis | attn-out max | secondary sinks: heads (%), per head",
+        r.metric
+    );
+    for l in 0..v.sink1.len() {
+        println!(
+            "{l:>5} | {:>8.1} | {:>21.3} | {:>8.2} | {:>7.2} | {:>17.2} | {:>12.2} | {:>6.1}, {:.3}",
+            v.sink1[l],
+            v.entropy_norm[l],
+            v.kurtosis[l],
+            v.max_abs[l],
+            v.attn_out_kurtosis[l],
+            v.attn_out_max_abs[l],
+            v.secondary_heads[l],
+            v.secondary_count[l]
+        );
+    }
+    let positions: Vec<String> = v
+        .secondary_positions
+        .iter()
+        .map(|(k, s)| format!("{k} ({s:.1}%)"))
+        .collect();
+    println!(
+        "lowest entropy at layer {}, highest {}_1 at layer {}; Spearman ρ(Sink_1, entropy) over \
+         layers {}; secondary sinks most often at positions {}",
+        v.entropy_min_layer,
+        r.metric,
+        v.sink1_max_layer,
+        v.spearman.map_or("-".to_string(), |x| format!("{x:.2}")),
+        if positions.is_empty() {
+            "-".to_string()
+        } else {
+            positions.join(", ")
+        }
+    );
     let b = &r.bars;
     println!(
         "\nattention bars (mean > {}, std < {}): {} found; dark ratio of bar tokens {}",

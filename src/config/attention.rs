@@ -183,7 +183,8 @@ pub enum AttentionKernel {
     Manual,
     /// The fused attention kernel (`crate::kernels::attention`: tiles with an online softmax,
     /// forward and backward, without the T × T weights; same maths, different rounding). It
-    /// covers softmax and softmax_n with every slot, mask, ALiBi and row scale; on any other
+    /// covers softmax, softmax_n and Scalable-Softmax with every slot, mask, gate, ALiBi and
+    /// row scale; on any other
     /// model, a backend without the kernel or mixed precision on the CPU the explicit path
     /// runs and `check` / `train` say why.
     #[default]
@@ -271,6 +272,54 @@ pub enum NormaliserConfig {
         feature_map: FeatureMap,
         normaliser: KernelNorm,
     },
+    /// Softpick (Zuhri, Fuadi and Aji 2025): `ReLU(e^{s_ij} − 1) / (Σ_j |e^{s_ij} − 1| + ε)`
+    /// over the visible keys, computed with `m = max(row max, 0)` as
+    /// `ReLU(e^{s−m} − e^{−m}) / (Σ |e^{s−m} − e^{−m}| + ε e^{−m})`, which is the formula
+    /// exactly and never overflows (docs/reference.md §1.1). Rows sum to at most 1 and can be
+    /// all zero (a head that does nothing).
+    Softpick {
+        #[serde(default = "softpick_eps")]
+        eps: f64,
+    },
+    /// Clipped softmax (Bondarenko, Nagel and Blankevoort 2023):
+    /// `clip((ζ − γ) softmax(s) + γ, 0, 1)`; γ < 0 lets a weight be exactly 0 and ζ > 1
+    /// exactly 1; the gradient is 0 where a weight is clipped.
+    ClippedSoftmax {
+        #[serde(default = "clipped_gamma")]
+        gamma: f64,
+        #[serde(default = "one")]
+        zeta: f64,
+    },
+    /// Scalable-Softmax, SSMax (Nakanishi 2025): `softmax((σ ln n_i) s_ij)` with n_i the keys
+    /// query i sees (real tokens, sink tokens and slot keys it may attend to) and σ a learned
+    /// scale per layer (`per_head = false`) or per layer and head (parameter
+    /// `attn.ssmax_scale`, never weight-decayed by `matrices_only`). Computed as a per-row,
+    /// per-head scale of q before the scores, so the fused kernels run it unchanged. `init`
+    /// defaults to `1 / ln(model.ctx)` (sinklab's choice: softmax at the training length).
+    ScalableSoftmax {
+        #[serde(default = "yes")]
+        per_head: bool,
+        init: f64,
+        #[serde(default = "yes")]
+        trainable: bool,
+    },
+}
+
+/// Softpick's ε: the naive reference code's 1e-8 (the FA2-style kernel uses 1e-6).
+fn softpick_eps() -> f64 {
+    1e-8
+}
+
+/// Clipped softmax's γ: −0.025 (Bondarenko et al.'s BERT setting; their OPT runs use
+/// γ = −α/T with α = 12, T = 512, i.e. −0.0234).
+fn clipped_gamma() -> f64 {
+    -0.025
+}
+
+/// SSMax's default initial scale for a training context of `ctx` tokens: `1 / ln ctx`, so that
+/// a query that sees the whole context starts as plain softmax.
+pub fn ssmax_init(ctx: usize) -> f64 {
+    1.0 / (ctx.max(2) as f64).ln()
 }
 
 impl Default for NormaliserConfig {
@@ -280,15 +329,23 @@ impl Default for NormaliserConfig {
 }
 
 impl NormaliserConfig {
-    /// Rows of the weights sum to 1 (before the row scale), possibly with mass on a slot.
+    /// Each row is divided by a sum over the row (the softmax family, softpick, clipped
+    /// softmax, normalised sigmoid and elu+1), so an extra logit column takes mass from the
+    /// real keys.
     pub fn is_normalised(&self) -> bool {
-        matches!(
-            self,
+        match self {
             NormaliserConfig::Softmax {}
-                | NormaliserConfig::SoftmaxN { .. }
-                | NormaliserConfig::SigmoidNormalised {}
-                | NormaliserConfig::Elu1Normalised {}
-        )
+            | NormaliserConfig::SoftmaxN { .. }
+            | NormaliserConfig::SigmoidNormalised {}
+            | NormaliserConfig::Elu1Normalised {}
+            | NormaliserConfig::Softpick { .. }
+            | NormaliserConfig::ClippedSoftmax { .. }
+            | NormaliserConfig::ScalableSoftmax { .. } => true,
+            NormaliserConfig::Sigmoid { .. }
+            | NormaliserConfig::Elu1 {}
+            | NormaliserConfig::Relu {}
+            | NormaliserConfig::Linear { .. } => false,
+        }
     }
     /// Works on logits `s_ij` (so position biases and a sink logit apply).
     pub fn uses_logits(&self) -> bool {
@@ -401,16 +458,36 @@ impl SlotConfig {
     }
 }
 
-/// Output gate `out_h ← out_h ⊙ σ(x W_g)` after attention, before W_O; W_g reads the same
-/// normed input as W_Q (Qwen gated attention).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// Output gate `out_h ← out_h ⊙ g` after attention, before W_O; every gate reads the block's
+/// attention input u, the same (normed) input as W_Q (docs/reference.md §1.2).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum GateConfig {
     None {},
-    /// One gate per head: W_g is (d, H).
+    /// Qwen gated attention, one gate per head: `g = σ(u W_g)`, W_g (d, H).
     Headwise {},
-    /// One gate per output element: W_g is (d, d).
+    /// Qwen gated attention, one gate per output element: W_g (d, d).
     Elementwise {},
+    /// Bondarenko et al.'s conditional per-token gate: head h reads its own slice of u,
+    /// `g_h = σ(u[h·d_h .. (h+1)·d_h] · w_h + b_h)`, w (H, d_h) from the variant stream, b_h
+    /// = logit(`init`) so that every gate starts at `init` (their 0.25).
+    PerToken {
+        #[serde(default = "quarter")]
+        init: f64,
+    },
+    /// The sparse head gate of modded-nanogpt's record of 2025-08-23: `g_h = σ(u[:k] · w_h)` on
+    /// the first k = `dims` dimensions of u, W (k, H) zero-initialised (every gate 0.5), no bias.
+    Sparse {
+        #[serde(default = "twelve")]
+        dims: usize,
+    },
+}
+
+fn quarter() -> f64 {
+    0.25
+}
+fn twelve() -> usize {
+    12
 }
 
 impl Default for GateConfig {

@@ -559,7 +559,8 @@ pub fn from_str(name: &str, text: &str) -> Result<Experiment, ConfigErrors> {
 /// deserialized (so that `resolved.toml` records them): `data.synthetic.length` =
 /// `model.ctx + 1`; `metrics.heads.n` from [`HeadMetricsConfig::fitting`] (or
 /// `metrics.heads.enabled = false` where no probe fits); a SAS / SAS-P block without `beta_ff`
-/// gets `{ init = sas_beta_ff_init(model.n_layers), trainable = true }`. Values of the wrong
+/// gets `{ init = sas_beta_ff_init(model.n_layers), trainable = true }`; a `scalable_softmax`
+/// normaliser without `init` gets [`ssmax_init`]`(model.ctx)`. Values of the wrong
 /// type are left alone for deserialization to report.
 fn fill_dependent_defaults(table: &mut toml::Table) {
     // data.synthetic.length: model.ctx + 1 (one training window per generated record)
@@ -614,6 +615,17 @@ fn fill_dependent_defaults(table: &mut toml::Table) {
     let Some(toml::Value::Table(model)) = table.get_mut("model") else {
         return;
     };
+    // model.attention.normaliser.init of scalable_softmax: 1 / ln(model.ctx)
+    if let Some(toml::Value::Table(att)) = model.get_mut("attention")
+        && let Some(toml::Value::Table(norm)) = att.get_mut("normaliser")
+        && norm.get("kind").and_then(toml::Value::as_str) == Some("scalable_softmax")
+        && !norm.contains_key("init")
+    {
+        norm.insert(
+            "init".into(),
+            toml::Value::Float(ssmax_init(ctx.max(1) as usize)),
+        );
+    }
     let n_layers = match model.get("n_layers") {
         Some(toml::Value::Integer(n)) if *n > 0 => *n as usize,
         _ => ModelConfig::default().n_layers,

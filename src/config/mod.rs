@@ -19,6 +19,7 @@ mod schema;
 mod tests;
 mod validate;
 mod validate_data;
+mod validate_remedies;
 mod validate_skipless;
 
 pub use load::*;

@@ -746,6 +746,20 @@ pub fn normaliser_name(n: &NormaliserConfig) -> &'static str {
         NormaliserConfig::Elu1 {} => "elu1",
         NormaliserConfig::Elu1Normalised {} => "elu1_normalised",
         NormaliserConfig::Linear { .. } => "linear",
+        NormaliserConfig::Softpick { .. } => "softpick",
+        NormaliserConfig::ClippedSoftmax { .. } => "clipped_softmax",
+        NormaliserConfig::ScalableSoftmax { .. } => "scalable_softmax",
+    }
+}
+
+/// The `kind` string of an output gate, for messages.
+pub fn gate_name(g: &GateConfig) -> &'static str {
+    match g {
+        GateConfig::None {} => "none",
+        GateConfig::Headwise {} => "headwise",
+        GateConfig::Elementwise {} => "elementwise",
+        GateConfig::PerToken { .. } => "per_token",
+        GateConfig::Sparse { .. } => "sparse",
     }
 }
 

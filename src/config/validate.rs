@@ -264,6 +264,7 @@ impl Experiment {
         }
         self.validate_attention(&mut bad, dh);
         self.validate_skipless(&mut bad);
+        self.validate_remedies(&mut bad);
         self.validate_data_sources(&mut bad);
 
         // data

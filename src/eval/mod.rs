@@ -306,6 +306,7 @@ pub(crate) fn probe_pass_from(
         keys: Stack,
         values: Stack,
         hidden: Stack,
+        attn_out: Stack,
         input: Stack,
         z: Stack,
         has_slots: bool,
@@ -328,6 +329,7 @@ pub(crate) fn probe_pass_from(
         acc.keys.push(to_array(p.keys.expect("keys")));
         acc.values.push(to_array(p.values.expect("values")));
         acc.hidden.push(to_array(p.hidden.expect("hidden")));
+        acc.attn_out.push(to_array(p.attn_out.expect("attn_out")));
         acc.input.push(to_array(input));
         if let Some(g) = p.gate {
             let g = to_array(g);
@@ -343,6 +345,7 @@ pub(crate) fn probe_pass_from(
                 keys: a.keys.array(),
                 values: a.values.array(),
                 hidden: a.hidden.array(),
+                attn_out: a.attn_out.array(),
                 gate_mean: (a.gate.1 > 0).then(|| a.gate.0 / a.gate.1 as f64),
             };
             let z = record.z.then(|| a.z.array());

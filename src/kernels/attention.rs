@@ -10,9 +10,12 @@
 //!   are outside the kernel;
 //! - every mask (causal, sliding window, sinks + window, prefix), passed as at most two runs
 //!   of visible key columns per query row;
-//! - ALiBi (a fixed logit bias) and a row scale α (applied to the output, `α A V = α (A V)`).
+//! - ALiBi (a fixed logit bias) and a row scale α (applied to the output, `α A V = α (A V)`);
+//! - Scalable-Softmax (the model scales q by σ_h ln n_i before the kernel) and every output
+//!   gate (Qwen's, the per-token and the sparse head gate: they act on the kernel's output).
 //!
-//! Not covered (the explicit path runs and `check` says why): the other normalisers, T5
+//! Not covered (the explicit path runs and `check` says why): the other normalisers (softpick
+//! and clipped softmax included: [`covers`] says what in their maths the kernel lacks), T5
 //! relative buckets (a learned bias), U-SPA / E-SPA and shaped attention / Value-SkipInit
 //! (they change the weights after the normaliser), cached decoding and any forward whose hooks
 //! want the pattern (the probe path).
@@ -32,7 +35,25 @@ pub fn covers(m: &ModelConfig) -> Coverage {
     let a = &m.attention;
     let mut why = Vec::new();
     match a.normaliser {
-        NormaliserConfig::Softmax {} | NormaliserConfig::SoftmaxN { .. } => {}
+        // Scalable-Softmax is softmax of q scaled per row and head before the kernel
+        NormaliserConfig::Softmax {}
+        | NormaliserConfig::SoftmaxN { .. }
+        | NormaliserConfig::ScalableSoftmax { .. } => {}
+        NormaliserConfig::Softpick { .. } => why.push(
+            "softpick is not softmax: its weights ReLU(e^(s−m) − e^(−m)) / (Σ|e^(s−m) − e^(−m)| \
+             + ε e^(−m)) need a rectified numerator and a sum of absolute values per row, and \
+             the backward ∂s = e^(s−lse) (1[s > 0] ∂p − sign(s) D); the kernel's online softmax \
+             keeps only e^(s−m) and its sum (an online form exists: both rescale by e^(m−m') \
+             when the row max grows; neither half implements it)"
+                .to_string(),
+        ),
+        NormaliserConfig::ClippedSoftmax { .. } => why.push(
+            "clipped softmax clips each normalised weight, clip((ζ − γ) e^(s−lse) + γ, 0, 1), \
+             which needs the row's final log-sum-exp before the first weight is known: the \
+             kernel's single online pass adds e^(s−m) v into the output while lse is still \
+             growing, so it cannot clip (a second pass over the keys could)"
+                .to_string(),
+        ),
         NormaliserConfig::Sigmoid { .. }
         | NormaliserConfig::SigmoidNormalised {}
         | NormaliserConfig::Elu1 {}
@@ -60,7 +81,11 @@ pub fn covers(m: &ModelConfig) -> Coverage {
     }
     match a.gate {
         // applied to the kernel's output, before W_O
-        GateConfig::None {} | GateConfig::Headwise {} | GateConfig::Elementwise {} => {}
+        GateConfig::None {}
+        | GateConfig::Headwise {}
+        | GateConfig::Elementwise {}
+        | GateConfig::PerToken { .. }
+        | GateConfig::Sparse { .. } => {}
     }
     match a.value_output {
         // W_V and W_O sit outside the weighted sum

@@ -229,6 +229,16 @@ pub fn param_count(m: &ModelConfig, vocab: usize) -> ParamCount {
             GateConfig::None {} => {}
             GateConfig::Headwise {} => p.linear(d, h, m.bias),
             GateConfig::Elementwise {} => p.linear(d, d, m.bias),
+            GateConfig::PerToken { .. } => p.linear(dh, h, true), // (H, d_h) and a bias (H)
+            GateConfig::Sparse { dims } => p.linear(dims, h, false),
+        }
+        if let NormaliserConfig::ScalableSoftmax {
+            per_head,
+            trainable,
+            ..
+        } = a.normaliser
+        {
+            p.add(if per_head { h } else { 1 }, trainable);
         }
         if let NormaliserConfig::Linear {
             feature_map: FeatureMap::Mlp,
@@ -332,7 +342,9 @@ pub fn row_floats(m: &ModelConfig) -> u64 {
     n += d; // head outputs, concatenated for W_O
     n += match a.gate {
         GateConfig::None {} => 0,
-        GateConfig::Headwise {} => d + m.n_heads as u64,
+        GateConfig::Headwise {} | GateConfig::PerToken { .. } | GateConfig::Sparse { .. } => {
+            d + m.n_heads as u64
+        }
         GateConfig::Elementwise {} => 2 * d,
     };
     n += match a.normaliser {
@@ -348,12 +360,18 @@ pub fn row_floats(m: &ModelConfig) -> u64 {
 
 /// (B, H, S, C) attention matrices one layer keeps for the backward pass (the `m` of the module
 /// docs): the normaliser's kept tensors (softmax: exp(s − max) and the weights; sigmoid,
-/// softmax_n, ReLU: the activation and the weights; the log-space normalisers more), one more
-/// for the U-SPA/E-SPA row rescaling and one for shaping.
+/// softmax_n, ReLU: the activation and the weights; the log-space normalisers more; softpick:
+/// the shifted exponentials, their absolute values and the weights; clipped softmax: the
+/// softmax's two, the stretched weights and the clipped ones), one more for the U-SPA/E-SPA
+/// row rescaling and one for shaping.
 pub fn kept_matrices(m: &ModelConfig) -> u64 {
     let a = &m.attention;
     let base = match a.normaliser {
-        NormaliserConfig::Softmax {} | NormaliserConfig::SoftmaxN { .. } => 2,
+        NormaliserConfig::Softmax {}
+        | NormaliserConfig::SoftmaxN { .. }
+        | NormaliserConfig::ScalableSoftmax { .. } => 2,
+        NormaliserConfig::Softpick { .. } => 4,
+        NormaliserConfig::ClippedSoftmax { .. } => 4,
         NormaliserConfig::Sigmoid { .. } => 2,
         NormaliserConfig::Relu {} => 3,
         NormaliserConfig::SigmoidNormalised {} | NormaliserConfig::Elu1Normalised {} => 4,

@@ -7,13 +7,14 @@
 //! q, k = φ(q), φ(k)                                  # linear kernels only
 //! K = [k_slot ; k],  V = [v_slot ; v]                # KV/K bias (1 key), memory K/V (n keys)
 //! s = q Kᵀ / sqrt(d_h) + bias                        # (B, H, S, C); bias: ALiBi / T5 buckets
+//! q = q · σ_h ln n_i                                 # Scalable-Softmax only (n_i: keys row i sees)
 //! s = [z_h ; s]                                      # learned sink logit column (value 0)
 //! s = s + Γ_l                                       # U-SPA / E-SPA fixed logit bias
-//! A = normalise(s, mask)                             # softmax, softmax_n, sigmoid, …; hook pattern
+//! A = normalise(s, mask)                             # softmax, softmax_n, softpick, …; hook pattern
 //! A = D_l A                                          # U-SPA / E-SPA row rescaling
 //! A = α_h I + β_h A (− γ_h C)                        # Value-SkipInit / shaped attention
 //! out = α · A V  (+ v*)                              # row scale α; V bias adds v* per head
-//! out = out ⊙ σ(u W_g)                               # output gate (hook gate); hook z = out
+//! out = out ⊙ g(u)                                   # output gate (hook gate); hook z = out
 //! y = concat_h(out) W_O                              # (B, S, d)
 //! ```
 //!
@@ -31,21 +32,25 @@
 //! Conventions where sources differ: RoPE rotates halves (NeoX/HF) of the first
 //! `rope_dims(d_h, fraction)` dimensions; ALiBi uses `−m_h |i − j|` (equal to `m_h (j − i)` on
 //! causal entries, and defined for a bidirectional prefix); T5 buckets are bidirectional, one
-//! table shared by all layers; softmax_n is stabilised with `m = max(row max, 0)`; elu+1 is
-//! computed as `x + 1` for x > 0 and `exp(min(x, 0))` otherwise, so no branch overflows.
+//! table shared by all layers; softmax_n and softpick are stabilised with `m = max(row max, 0)`;
+//! elu+1 is computed as `x + 1` for x > 0 and `exp(min(x, 0))` otherwise, so no branch
+//! overflows; Scalable-Softmax scales q (the hook `q` is before that scale), so its n counts
+//! every key column the row may see and the fused kernels run it unchanged.
 
 use super::context::{Ctx, LayerKv, rope};
 use super::hooks::{Frame, HeadSite, Tap, tap_changes, tap_heads, tap_wants};
 use super::layers::{Compute, Init, Linear, matmul_in};
 use crate::config::{
-    FeatureMap, Gain, GateConfig, KBiasValue, KernelNorm, ModelConfig, NormaliserConfig, QueryInit,
+    FeatureMap, Gain, KBiasValue, KernelNorm, ModelConfig, NormaliserConfig, QueryInit,
     ShapingConfig, SlotConfig, ValueOutputConfig, WInit,
 };
 use crate::spa::SpaLayer;
 use burn::module::{Module, Param};
 use burn::tensor::activation::{relu, sigmoid, softmax};
 use burn::tensor::{Bool, Tensor};
+pub use gate::{Gate, PerToken};
 
+mod gate;
 mod timing;
 pub use timing::time_attention;
 
@@ -86,7 +91,6 @@ pub struct AttnSpec {
     /// Resolved bias of the unnormalised sigmoid.
     pub sigmoid_bias: f64,
     pub row_scale: f64,
-    pub gate: GateConfig,
 }
 
 /// A sink slot (docs/reference.md §1.2): the parameters of the configured
@@ -327,8 +331,10 @@ pub struct Attention {
     pub wv: Option<Linear>,
     /// Absent (the identity) with `value_output = identity`.
     pub wo: Option<Linear>,
-    /// Output gate W_g: (d, H) headwise or (d, d) elementwise.
-    pub gate: Option<Linear>,
+    /// The output gate, if any.
+    pub gate: Option<Gate>,
+    /// Scalable-Softmax's σ: (H) per head or (1) per layer; a constant when not trainable.
+    pub ssmax_scale: Option<Param<Tensor<1>>>,
     /// φ of an MLP linear kernel.
     pub phi: Option<FeatureMlp>,
     /// The sink slot, if any.
@@ -391,10 +397,21 @@ impl Attention {
             }
             None => (None, None),
         };
-        let gate = match a.gate {
-            GateConfig::None {} => None,
-            GateConfig::Headwise {} => Some(Linear::new_extra(init, d, h, b)),
-            GateConfig::Elementwise {} => Some(Linear::new_extra(init, d, d, b)),
+        let gate = Gate::new(&a.gate, init, d, h, b);
+        let ssmax_scale = match a.normaliser {
+            NormaliserConfig::ScalableSoftmax {
+                per_head,
+                init: s0,
+                trainable,
+            } => {
+                let p = init.filled(s0 as f32, [if per_head { h } else { 1 }]);
+                Some(if trainable {
+                    p
+                } else {
+                    p.set_require_grad(false)
+                })
+            }
+            _ => None,
         };
         let phi = match a.normaliser {
             NormaliserConfig::Linear {
@@ -417,6 +434,7 @@ impl Attention {
             wv,
             wo,
             gate,
+            ssmax_scale,
             phi,
             slot,
             shaping,
@@ -431,7 +449,6 @@ impl Attention {
                     _ => 0.0,
                 },
                 row_scale: a.row_scale,
-                gate: a.gate,
             },
         }
     }
@@ -504,6 +521,28 @@ impl Attention {
             NormaliserConfig::Elu1Normalised {} => {
                 let log_elu1 = s.clone().clamp_max(0.0) + s.clamp_min(0.0).log1p();
                 softmax(log_elu1.mask_fill(hidden, f32::NEG_INFINITY), 3)
+            }
+            // ReLU(e^{s−m} − e^{−m}) / (Σ |e^{s−m} − e^{−m}| + ε e^{−m}), m = max(row max, 0):
+            // softpick exactly (numerator and denominator both carry e^{−m}); masked keys add
+            // nothing to the sum
+            NormaliserConfig::Softpick { eps } => {
+                let s = s.mask_fill(hidden.clone(), f32::NEG_INFINITY);
+                let m = s.clone().max_dim(3).clamp_min(0.0).detach(); // (B, H, S, 1)
+                let em = m.clone().neg().exp(); // e^{−m} ≤ 1
+                let x = ((s - m).exp() - em.clone()).mask_fill(hidden, 0.0);
+                let denom = x.clone().abs().sum_dim(3) + em * *eps;
+                relu(x) / denom
+            }
+            // clip((ζ − γ) softmax(s) + γ, 0, 1); masked keys stay exactly 0 (γ ≤ 0)
+            NormaliserConfig::ClippedSoftmax { gamma, zeta } => {
+                let p = softmax(s.mask_fill(hidden.clone(), f32::NEG_INFINITY), 3);
+                (p * (zeta - gamma) + *gamma)
+                    .clamp(0.0, 1.0)
+                    .mask_fill(hidden, 0.0)
+            }
+            // the scale σ ln n is already in q (Self::mix)
+            NormaliserConfig::ScalableSoftmax { .. } => {
+                softmax(s.mask_fill(hidden, f32::NEG_INFINITY), 3)
             }
             NormaliserConfig::Linear { normaliser, .. } => {
                 let w = s.mask_fill(hidden, 0.0);
@@ -594,6 +633,10 @@ impl Attention {
         tap: &mut Option<&mut Tap<'_>>,
         frame: Frame,
     ) -> Tensor<4> {
+        let q = match &self.ssmax_scale {
+            Some(sigma) => q * ssmax_factor(sigma, ctx), // q · σ_h ln n_i
+            None => q,
+        };
         // ctx.fused: the kernel's decision for these rows (crate::kernels::attention::choose_on)
         match &ctx.fused {
             Some(plan) if !tap_changes(tap, HeadSite::Pattern) => {
@@ -732,11 +775,7 @@ impl Attention {
             out = sl.add_value_bias(out);
         }
         if let Some(g) = &self.gate {
-            let gv = sigmoid(g.forward_in(u, c)); // (B, S, H) or (B, S, d)
-            let g4 = match self.spec.gate {
-                GateConfig::Headwise {} => gv.swap_dims(1, 2).unsqueeze_dim::<4>(3), // (B, H, Q, 1)
-                _ => gv.reshape([b, nq, h, dh]).swap_dims(1, 2), // (B, H, Q, d_h)
-            };
+            let g4 = g.values(u, h, c); // (B, H, Q, 1) per head or (B, H, Q, d_h)
             let g4 = tap_heads(tap, HeadSite::Gate, g4, frame); // hook gate
             out = out * g4;
         }
@@ -747,4 +786,13 @@ impl Attention {
             None => out,
         }
     }
+}
+
+/// Scalable-Softmax's factor `σ_h ln n_i` (1, H or 1, Q, 1): n_i the key columns query row i
+/// may see (`ctx.hidden` false: slot keys, sink tokens and the real keys of its mask, in
+/// cache coordinates when decoding), σ (H) or (1).
+fn ssmax_factor(sigma: &Param<Tensor<1>>, ctx: &Ctx) -> Tensor<4> {
+    let n = ctx.hidden.clone().bool_not().float().sum_dim(3); // (1, 1, Q, 1)
+    let heads = sigma.dims()[0];
+    sigma.val().reshape([1, heads, 1, 1]) * n.clamp_min(1.0).log()
 }

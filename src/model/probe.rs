@@ -23,6 +23,8 @@ pub struct LayerProbe {
     pub gate: Option<Tensor<3>>,
     /// The block's output for the real tokens (B, T, d).
     pub hidden: Option<Tensor<3>>,
+    /// The attention sub-block's output after W_O for the real tokens (B, T, d).
+    pub attn_out: Option<Tensor<3>>,
     /// Each head's mixed value z of the real tokens (B, H, T, d_h), when asked for.
     pub z: Option<Tensor<4>>,
     /// Slot columns at the front of `attn` (sink logit, KV/K bias, memory keys).
@@ -74,7 +76,7 @@ impl Hooks for ProbeRecorder {
         self.layer.is_none_or(|l| l == at.layer)
             && match at.site {
                 Site::Stream(StreamSite::ResidPre) => self.inputs,
-                Site::Stream(StreamSite::ResidPost) => true,
+                Site::Stream(StreamSite::ResidPost | StreamSite::AttnOut) => true,
                 Site::Stream(_) => false,
                 Site::Head(HeadSite::Z) => self.z,
                 Site::Head(_) => true,
@@ -90,6 +92,7 @@ impl Hooks for ProbeRecorder {
             StreamSite::ResidPre => {
                 self.input.insert(l, r);
             }
+            StreamSite::AttnOut => self.probes.entry(l).or_default().attn_out = Some(r),
             _ => self.probes.entry(l).or_default().hidden = Some(r),
         }
         x

@@ -386,7 +386,7 @@ fn draw(p: &LinePlot) -> Result<(Vec<u8>, Frame)> {
             let every = if p.markers || pts.len() == 1 {
                 1
             } else {
-                pts.len().div_ceil(12)
+                pts.len().div_ceil(12).max(1) // a curve without points (a setting that never probed)
             };
             for &q in pts.iter().step_by(every) {
                 marker(root, px(q), m, e.colour)?;
@@ -662,5 +662,23 @@ mod tests {
         assert!(lines(&p).is_err());
         p.x_scale = Scale::Linear;
         assert!(lines(&p).is_ok());
+    }
+
+    /// A sweep report draws every setting, one whose runs never probed included: a curve
+    /// without points beside one with points is drawn (legend entry, no marker), not a panic.
+    #[test]
+    fn a_curve_without_points_beside_others_is_drawn() {
+        let series = [
+            flat("a", 1.0),
+            Series {
+                name: "unfinished".into(),
+                points: vec![],
+                err: None,
+            },
+        ];
+        for markers in [false, true] {
+            let png = lines(&plot(&series, Scale::Linear, markers)).unwrap();
+            assert!(png.starts_with(b"\x89PNG"));
+        }
     }
 }

@@ -3,7 +3,10 @@
 //! Per run (from its `metrics.jsonl`): the final Sink₁ (`sink/rate_eps{ε}/pos01`), the final
 //! slot Sink₁* (`sink/slot_rate_eps{ε}`, models with a slot), the final validation loss, the
 //! final norm ratio (largest `act/norm_ratio/layer*` of the last probe), and the emergence step:
-//! the first probe step at which Sink₁ exceeds `threshold` percent (None: never). Runs that
+//! the first probe step at which Sink₁ exceeds `threshold` percent (None: never); the final slot
+//! mass (mean `sink/slot_mass/layer*`), Bondarenko et al.'s outlier numbers (kurtosis
+//! `act/kurtosis`, max |h| `act/m_act`) and the secondary-sink count (`sink/secondary_count`,
+//! Wong et al.; src/metrics/). Runs that
 //! share every axis value (they differ in seed) form a setting; the table gives mean ± sample
 //! standard deviation over the seeds that finished, and the emergence step as the median of
 //! the seeds that crossed, with how many did.
@@ -14,128 +17,18 @@
 //! setting, mean ± sample std over seeds).
 
 mod curves;
+mod run;
 pub use curves::run_curves;
+use run::read_metrics;
+pub use run::{RunResult, run_result};
 
 use crate::plot::{self, Bars, LinePlot, Scale, Series};
-use crate::sweep::{self, Plan, RunPlan};
+use crate::sweep::{self, Plan};
 use anyhow::{Context, Result};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
-
-/// What one run's metrics say.
-#[derive(Debug, Clone, Serialize)]
-pub struct RunResult {
-    pub name: String,
-    pub seed: u64,
-    pub state: String,
-    pub error: Option<String>,
-    /// Wall-clock seconds of the run's last attempt (its status file).
-    pub seconds: Option<f64>,
-    pub steps: Option<u64>,
-    pub sink1: Option<f64>,
-    pub slot_sink1: Option<f64>,
-    pub val_loss: Option<f64>,
-    pub norm_ratio: Option<f64>,
-    pub emergence_step: Option<u64>,
-    /// The first evaluation step at which the validation loss has covered half of its drop
-    /// (from the first evaluation to the last).
-    pub loss_drop_step: Option<u64>,
-    /// Final value drain: the smallest `kv/value_drain/*` over heads of the last probe.
-    pub value_drain: Option<f64>,
-    /// Final Sink_k for k = 1, 2, … (as many positions as the run records).
-    pub sink_k: Vec<f64>,
-    /// Final first-token attention mass F-Attn (`attn/f_attn`), in %.
-    pub first_mass: Option<f64>,
-    /// (step, Sink₁) at every probe.
-    pub curve: Vec<(u64, f64)>,
-    /// (step, validation loss) at every evaluation.
-    pub val_curve: Vec<(u64, f64)>,
-}
-
-/// Read `metrics.jsonl` into step-ordered (step, scalars) records.
-fn read_metrics(path: &Path) -> Vec<(u64, BTreeMap<String, f64>)> {
-    let Ok(text) = std::fs::read_to_string(path) else {
-        return Vec::new();
-    };
-    text.lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter_map(|v| {
-            let step = v["step"].as_u64()?;
-            let scalars = v["scalars"]
-                .as_object()?
-                .iter()
-                .filter_map(|(k, x)| Some((k.clone(), x.as_f64()?)))
-                .collect();
-            Some((step, scalars))
-        })
-        .collect()
-}
-
-/// Summarise one run.
-pub fn run_result(plan: &Plan, run: &RunPlan, eps: &str, threshold: f64) -> RunResult {
-    let status = sweep::read_status(&plan.dir, &run.name);
-    let records = read_metrics(&plan.dir.join(&run.name).join("metrics.jsonl"));
-    let key = format!("sink/rate_eps{eps}/pos01");
-    let slot_key = format!("sink/slot_rate_eps{eps}");
-    let last = |k: &str| records.iter().rev().find_map(|(_, s)| s.get(k).copied());
-    let curve: Vec<(u64, f64)> = records
-        .iter()
-        .filter_map(|(st, s)| s.get(&key).map(|v| (*st, *v)))
-        .collect();
-    // the last record holding `prefix*` tags, folded over them
-    let last_fold = |prefix: &str, init: f64, f: fn(f64, f64) -> f64| {
-        records
-            .iter()
-            .rev()
-            .find(|(_, s)| s.keys().any(|k| k.starts_with(prefix)))
-            .map(|(_, s)| {
-                s.iter()
-                    .filter(|(k, _)| k.starts_with(prefix))
-                    .map(|(_, v)| *v)
-                    .fold(init, f)
-            })
-    };
-    let norm_ratio = last_fold("act/norm_ratio/", f64::NEG_INFINITY, f64::max);
-    let val: Vec<(u64, f64)> = records
-        .iter()
-        .filter_map(|(st, s)| s.get("val/loss").map(|v| (*st, *v)))
-        .collect();
-    let loss_drop_step = match (val.first(), val.last()) {
-        (Some((_, v0)), Some((_, v1))) if v1 < v0 => {
-            let half = v0 - (v0 - v1) / 2.0;
-            val.iter().find(|(_, v)| *v <= half).map(|(s, _)| *s)
-        }
-        _ => None,
-    };
-    let value_drain = last_fold("kv/value_drain/", f64::INFINITY, f64::min);
-    let mut sink_k = Vec::new();
-    while let Some(v) = last(&format!("sink/rate_eps{eps}/pos{:02}", sink_k.len() + 1)) {
-        sink_k.push(v);
-    }
-    RunResult {
-        name: run.name.clone(),
-        seed: run.seed,
-        state: status
-            .as_ref()
-            .map_or("not started".to_string(), |s| s.state.clone()),
-        seconds: status.as_ref().map(|s| s.seconds),
-        error: status.and_then(|s| s.error),
-        steps: records.last().map(|(s, _)| *s),
-        sink1: last(&key),
-        slot_sink1: last(&slot_key),
-        val_loss: last("val/loss"),
-        norm_ratio,
-        emergence_step: curve.iter().find(|(_, v)| *v > threshold).map(|(s, _)| *s),
-        loss_drop_step,
-        value_drain,
-        sink_k,
-        first_mass: last("attn/f_attn").map(|v| 100.0 * v),
-        curve,
-        val_curve: val,
-    }
-}
 
 /// The median of sorted steps (the mean of the middle two for an even count).
 fn median_step(sorted: &[u64]) -> Option<f64> {
@@ -355,7 +248,10 @@ fn tables(
          layers; value drain = smallest ‖v₁‖/mean‖v_t‖ over heads; emergence = first probe step \
          with Sink₁ > {threshold}% (median over the seeds that crossed, and how many did); loss \
          drop = first evaluation step at which the validation loss has covered half of its drop \
-         (median).\n",
+         (median); slot mass = attention on the slot (or the unused share of a row) averaged \
+         over layers (%); kurtosis = Bondarenko et al.'s kurtosis of the block outputs averaged \
+         over layers; max |h| = the largest |activation| of any block output; secondary sinks = \
+         keys after the first with importance > ε per (layer, sequence, head).\n",
         plan.name,
         plan.file.display(),
         plan.runs.len(),
@@ -378,6 +274,10 @@ fn tables(
             "value drain",
             "emergence step",
             "loss-drop step",
+            "slot mass (%)",
+            "kurtosis",
+            "max |h|",
+            "secondary sinks",
         ]
         .map(String::from),
     );
@@ -421,6 +321,14 @@ fn tables(
             "value_drain_mean",
             "value_drain_std",
             "loss_drop_step_median",
+            "slot_mass_mean",
+            "slot_mass_std",
+            "kurtosis_mean",
+            "kurtosis_std",
+            "max_abs_mean",
+            "max_abs_std",
+            "secondary_mean",
+            "secondary_std",
         ]
         .map(String::from),
     );
@@ -447,6 +355,10 @@ fn tables(
         let median = median_step(&em);
         let drop_median = median_step(&steps(|r| r.loss_drop_step));
         let drain = mean_std(&s.finished(|r| r.value_drain));
+        let slot_mass = mean_std(&s.finished(|r| r.slot_mass));
+        let kurt = mean_std(&s.finished(|r| r.kurtosis));
+        let max_abs = mean_std(&s.finished(|r| r.max_abs));
+        let secondary = mean_std(&s.finished(|r| r.secondary));
         let emergence = match median {
             Some(m) => format!("{m} ({}/{done})", em.len()),
             None => format!("never (0/{done})"),
@@ -466,6 +378,10 @@ fn tables(
             pm(drain, 3),
             emergence,
             drop_median.map_or("–".into(), |m| m.to_string()),
+            pm(slot_mass, 1),
+            pm(kurt, 2),
+            pm(max_abs, 2),
+            pm(secondary, 3),
         ]);
         writeln!(md, "| {} |", cells.join(" | "))?;
         let q = |x: &String| format!("\"{}\"", x.replace('"', "'"));
@@ -501,6 +417,14 @@ fn tables(
             f(drain.0),
             f(drain.1),
             drop_median.map_or(String::new(), |m| m.to_string()),
+            f(slot_mass.0),
+            f(slot_mass.1),
+            f(kurt.0),
+            f(kurt.1),
+            f(max_abs.0),
+            f(max_abs.1),
+            f(secondary.0),
+            f(secondary.1),
         ]);
         writeln!(csv, "{}", row.join(","))?;
     }

@@ -326,6 +326,43 @@ fn run_all_commands(dir: &Path, name: &str, overrides: &[&str]) -> PathBuf {
     }
     assert_eq!(a["activations"].as_array().unwrap().len(), 2);
     assert_eq!(a["qk"][0].as_array().unwrap().len(), 4);
+    // The outlier and compression section (issue 52): per layer, and Sink₁ of the layers (each
+    // the mean of its heads) averages to the natural probe's Sink₁ (the mean over all heads).
+    let v = &a["valley"];
+    let per = |k: &str| -> Vec<f64> {
+        let xs: Vec<f64> = v[k]
+            .as_array()
+            .unwrap_or_else(|| panic!("{name}: valley.{k}"))
+            .iter()
+            .map(|x| x.as_f64().unwrap())
+            .collect();
+        assert_eq!(xs.len(), 2, "{name}: valley.{k}");
+        xs
+    };
+    let sink1 = per("sink1");
+    let overall = a["kinds"]["natural"]["sink_rate"]["0.3"][0]
+        .as_f64()
+        .unwrap();
+    let mean = (sink1[0] + sink1[1]) / 2.0;
+    assert!(
+        (mean - overall).abs() < 1e-9,
+        "{name}: {sink1:?} vs {overall}"
+    );
+    assert!(per("entropy_norm").iter().all(|e| (0.0..=1.0).contains(e)));
+    assert!(per("entropy").iter().all(|e| *e > 0.0), "{name}: {v}");
+    assert!(per("kurtosis").iter().all(|k| (0.9..1e6).contains(k)));
+    assert!(per("attn_out_max_abs").iter().all(|m| *m > 0.0));
+    assert!(
+        per("secondary_heads")
+            .iter()
+            .all(|h| (0.0..=100.0).contains(h))
+    );
+    assert!(
+        v["spearman"].is_null(),
+        "{name}: ρ over 2 layers is undefined"
+    );
+    assert!(is_png(&out.join("valley.png")), "{name}");
+    assert!(text.contains("lowest entropy at layer"), "{name}: {text}");
     for f in a["files"].as_array().unwrap() {
         let f = f.as_str().unwrap();
         if f.ends_with(".png") {

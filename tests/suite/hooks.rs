@@ -62,7 +62,9 @@ fn recording_every_site_changes_nothing_and_restarts_reproduce_the_walk() {
             assert_eq!(head(l, HeadSite::Z), Some([b, h, s, dh]), "{name} z");
             let gate = match mc.attention.gate {
                 GateConfig::None {} => None,
-                GateConfig::Headwise {} => Some([b, h, s, 1]),
+                GateConfig::Headwise {}
+                | GateConfig::PerToken { .. }
+                | GateConfig::Sparse { .. } => Some([b, h, s, 1]),
                 GateConfig::Elementwise {} => Some([b, h, s, dh]),
             };
             assert_eq!(head(l, HeadSite::Gate), gate, "{name} gate");

@@ -33,4 +33,5 @@ mod tokenizer_python;
 mod train_e2e;
 mod zoo_golden;
 mod zoo_identities;
+mod zoo_remedies;
 mod zoo_train;

@@ -69,7 +69,7 @@ fn every_metric_matches_numpy_on_every_case() {
     let g = golden();
     let eps: Vec<f64> = list(&g["eps"]);
     let cases = g["cases"].as_array().unwrap();
-    assert!(cases.len() >= 8);
+    assert!(cases.len() >= 9);
     let raw = cases.iter().filter(|c| c.get("raw_attn").is_some()).count();
     assert!(raw >= 5, "slot-aware cases: {raw}");
     for case in cases {
@@ -118,6 +118,7 @@ fn every_metric_matches_numpy_on_every_case() {
             None => vec![None; attn.len()],
         };
         let hidden = per_layer(&case["hidden"]);
+        let attn_out = per_layer(&case["attn_out"]);
         let keys = per_layer(&case["keys"]);
         let values = per_layer(&case["values"]);
         let t = attn[0].shape[2];
@@ -130,6 +131,7 @@ fn every_metric_matches_numpy_on_every_case() {
                 keys: keys[l].clone(),
                 values: values[l].clone(),
                 hidden: hidden[l].clone(),
+                attn_out: attn_out[l].clone(),
             })
             .collect();
         let groups: Vec<usize> = e["query_groups"]["data"]
@@ -222,6 +224,59 @@ fn every_metric_matches_numpy_on_every_case() {
                     *w,
                     &format!("{name}: importance_first {l} {h}"),
                 );
+            }
+        }
+        // Bondarenko et al.'s outliers, secondary sinks, the matrix entropy and Sink₁ per layer
+        let sink1_layer = r.sink1_by_layer().expect("ε = 0.3 in the grid");
+        for l in 0..attn.len() {
+            let at = |key: &str| list(&e[key])[l];
+            close(
+                r.outliers[l].kurtosis,
+                at("kurtosis"),
+                &format!("{name}: kurtosis {l}"),
+            );
+            let a = &r.attn_out[l];
+            close(
+                a.kurtosis,
+                at("attn_out_kurtosis"),
+                &format!("{name}: attn_out kurtosis {l}"),
+            );
+            close(
+                a.max_abs,
+                at("attn_out_max_abs"),
+                &format!("{name}: attn_out max {l}"),
+            );
+            let ent = &r.repr_entropy[l];
+            close(
+                ent.nats,
+                at("repr_entropy"),
+                &format!("{name}: repr entropy {l}"),
+            );
+            close(
+                ent.normalised,
+                at("repr_entropy_norm"),
+                &format!("{name}: entropy norm {l}"),
+            );
+            close(
+                sink1_layer[l],
+                at("sink1_layer"),
+                &format!("{name}: Sink₁ of layer {l}"),
+            );
+            let (got, want) = (&r.secondary[l], &e["secondary"][l]);
+            close(
+                got.heads,
+                want["heads"].as_f64().unwrap(),
+                &format!("{name}: secondary heads {l}"),
+            );
+            close(
+                got.count,
+                want["count"].as_f64().unwrap(),
+                &format!("{name}: secondary count {l}"),
+            );
+            let by = list(&want["by_position"]);
+            assert_eq!(got.by_position.len(), by.len(), "{name}: positions");
+            for (k, (x, y)) in got.by_position.iter().zip(&by).enumerate() {
+                close(*x, *y, &format!("{name}: secondary at {k}, layer {l}"));
             }
         }
         for (l, st) in r.hidden.iter().enumerate() {

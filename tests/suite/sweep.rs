@@ -182,6 +182,45 @@ fn shipped_sweeps_match_the_papers_settings() {
     assert!((e.model.w_down_init_std.unwrap() - want).abs() < 1e-6);
 }
 
+/// The remedies comparison (issue 52) holds every normaliser kind and gate kind of the model zoo
+/// (and Guo et al.'s ReLU attention) on both tasks: Bigram-Backcopy with 3 seeds, natural text with 2.
+#[test]
+fn the_remedies_sweeps_cover_every_normaliser_and_gate_of_the_zoo() {
+    use sinklab::config::{gate_name, normaliser_name};
+    use std::collections::BTreeSet;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let (mut norms, mut gates) = (BTreeSet::new(), BTreeSet::new());
+    for f in std::fs::read_dir(root.join("experiments/zoo")).unwrap() {
+        let e = sinklab::config::load(&f.unwrap().path(), &[]).unwrap();
+        norms.insert(normaliser_name(&e.model.attention.normaliser));
+        gates.insert(gate_name(&e.model.attention.gate));
+    }
+    for n in ["softpick", "clipped_softmax", "scalable_softmax", "linear"] {
+        assert!(norms.contains(n), "the zoo has {n}: {norms:?}");
+    }
+    assert!(
+        gates.contains("per_token") && gates.contains("sparse"),
+        "{gates:?}"
+    );
+    for (file, seeds) in [
+        ("bb/remedies.toml", vec![0, 1, 2]),
+        ("cpu/remedies.toml", vec![0, 1]),
+    ] {
+        let (plan, exps) = sweep::expand(&root.join("experiments/sweeps").join(file)).unwrap();
+        assert_eq!(plan.seeds, seeds, "{file}");
+        let n: BTreeSet<_> = exps
+            .iter()
+            .map(|e| normaliser_name(&e.model.attention.normaliser))
+            .collect();
+        let g: BTreeSet<_> = exps
+            .iter()
+            .map(|e| gate_name(&e.model.attention.gate))
+            .collect();
+        assert!(norms.is_subset(&n), "{file}: {n:?} lacks some of {norms:?}");
+        assert_eq!(g, gates, "{file}: gates");
+    }
+}
+
 #[test]
 fn long_setting_names_are_cut_with_a_stable_hash() {
     // Two tables with many keys: their full names share the first 64 characters. Expected names
@@ -360,6 +399,26 @@ fn failures_are_isolated_finished_runs_skipped_and_interrupted_runs_resume_exact
     let csv = std::fs::read_to_string(plan.dir.join("report.csv")).unwrap();
     assert_eq!(csv.lines().count(), 3, "{csv}");
     assert!(csv.starts_with("lr,seeds_done,seeds,sink1_mean"), "{csv}");
+    // Bondarenko et al.'s outlier numbers and the secondary sinks of the finished setting: a
+    // Pearson kurtosis is at least ((n − 1)/n)² ≈ 1, max |h| is finite and positive, and a
+    // count of secondary sinks lies in 0..=T
+    let head: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
+    let row: Vec<&str> = csv.lines().nth(1).unwrap().split(',').collect();
+    let col = |name: &str| -> f64 {
+        let i = head.iter().position(|h| *h == name).expect(name);
+        row[i]
+            .parse()
+            .unwrap_or_else(|_| panic!("{name} = {:?} in {csv}", row[i]))
+    };
+    let k = col("kurtosis_mean");
+    assert!((0.9..1e6).contains(&k), "kurtosis {k}");
+    let m = col("max_abs_mean");
+    assert!(m > 0.0 && m < 1e4, "max |h| {m}");
+    let sec = col("secondary_mean");
+    assert!((0.0..=64.0).contains(&sec), "secondary sinks {sec}");
+    for name in ["slot mass (%)", "kurtosis", "max |h|", "secondary sinks"] {
+        assert!(md.contains(&format!("| {name} |")), "{name} column in {md}");
+    }
     for png in ["sink1_vs_lr.png", "emergence.png", "val_loss.png"] {
         let b = std::fs::read(plan.dir.join(png)).unwrap();
         assert!(b.starts_with(b"\x89PNG"), "{png}");

@@ -16,7 +16,7 @@ const VOCAB: usize = 29;
 
 /// An experiment whose `[model]` is the tiny base below with `model` (TOML lines of `[model]`)
 /// and `attention` (lines of `[model.attention]`) merged over it.
-fn exp(model: &str, attention: &str) -> Experiment {
+pub(crate) fn exp(model: &str, attention: &str) -> Experiment {
     let base = "[model]\nd_model = 16\nn_layers = 2\nn_heads = 2\nd_ff = 24\nctx = 7\n\
                 [train]\nbatch_tokens = 112\nmicro_batch = 16\n\
                 [metrics]\nprobe_len = 7\nk_max = 3\n";
@@ -28,24 +28,24 @@ fn exp(model: &str, attention: &str) -> Experiment {
     config::from_str("identity.toml", &text).unwrap_or_else(|e| panic!("{e}\n{text}"))
 }
 
-fn build(e: &Experiment, dev: &Device) -> Lm {
+pub(crate) fn build(e: &Experiment, dev: &Device) -> Lm {
     Lm::new(&e.model, VOCAB, 11, dev)
 }
 
-fn tokens(dev: &Device, seed: u64) -> Tensor<2, Int> {
+pub(crate) fn tokens(dev: &Device, seed: u64) -> Tensor<2, Int> {
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
     let data: Vec<i64> = (0..2 * 7).map(|_| rng.gen_range(0..VOCAB as i64)).collect();
     Tensor::from_data(TensorData::new(data, [2, 7]), dev)
 }
 
-fn logits(m: &Lm, dev: &Device) -> Vec<f32> {
+pub(crate) fn logits(m: &Lm, dev: &Device) -> Vec<f32> {
     m.forward(tokens(dev, 5))
         .into_data()
         .try_to_vec::<f32>()
         .unwrap()
 }
 
-fn assert_same(a: &[f32], b: &[f32], tol: f32, what: &str) {
+pub(crate) fn assert_same(a: &[f32], b: &[f32], tol: f32, what: &str) {
     assert_eq!(a.len(), b.len(), "{what}");
     let worst = a
         .iter()
@@ -58,7 +58,7 @@ fn assert_same(a: &[f32], b: &[f32], tol: f32, what: &str) {
     assert!(spread > 0.1, "{what}: logits are all near 0");
 }
 
-fn params(m: &Lm) -> BTreeMap<String, HostTensor> {
+pub(crate) fn params(m: &Lm) -> BTreeMap<String, HostTensor> {
     optim::export_params(m)
 }
 
@@ -259,6 +259,25 @@ fn variants() -> Vec<(&'static str, &'static str, &'static str)> {
         ("memory_kv", "", "slot = { kind = \"memory_kv\", n = 2 }"),
         ("gate_headwise", "", "gate = { kind = \"headwise\" }"),
         ("gate_elementwise", "", "gate = { kind = \"elementwise\" }"),
+        ("gate_per_token", "", "gate = { kind = \"per_token\" }"),
+        ("gate_sparse", "", "gate = { kind = \"sparse\", dims = 5 }"),
+        ("softpick", "", "normaliser = { kind = \"softpick\" }"),
+        (
+            "clipped_softmax",
+            "",
+            "normaliser = { kind = \"clipped_softmax\", gamma = -0.3, zeta = 1.3 }",
+        ),
+        (
+            "scalable_softmax",
+            "",
+            "normaliser = { kind = \"scalable_softmax\", init = 0.8 }",
+        ),
+        (
+            "scalable_softmax_memory_prefix",
+            "",
+            "normaliser = { kind = \"scalable_softmax\", per_head = false, init = 0.8 }\n\
+             slot = { kind = \"memory_kv\", n = 2 }\nmask = { kind = \"prefix\", p = 3 }",
+        ),
         ("sink_tokens", "sink_tokens = 2", ""),
         ("prefix", "", "mask = { kind = \"prefix\", p = 3 }"),
         ("window", "", "mask = { kind = \"sliding_window\", w = 3 }"),
@@ -405,6 +424,16 @@ fn finite_differences_agree_with_autodiff_for_every_custom_normaliser() {
         ),
         ("sink_logit", "slot = { kind = \"sink_logit\", init = 0.5 }"),
         ("kv_bias", "slot = { kind = \"kv_bias\", init_std = 0.5 }"),
+        ("softpick", "normaliser = { kind = \"softpick\" }"),
+        (
+            "clipped_softmax",
+            "normaliser = { kind = \"clipped_softmax\", gamma = -0.1, zeta = 1.1 }",
+        ),
+        (
+            "scalable_softmax",
+            "normaliser = { kind = \"scalable_softmax\", init = 0.8 }",
+        ),
+        ("gate_per_token", "gate = { kind = \"per_token\" }"),
     ];
     for (name, attention) in cases {
         let e = exp("d_model = 8\nd_ff = 12", attention);
@@ -701,6 +730,10 @@ fn the_fused_kernel_agrees_with_the_explicit_path_or_falls_back_and_says_so() {
         "memory_kv",
         "row_scale",
         "gate_headwise",
+        "gate_per_token",
+        "gate_sparse",
+        "scalable_softmax",
+        "scalable_softmax_memory_prefix",
         "sink_tokens",
         "prefix",
         "window",
@@ -714,7 +747,14 @@ fn the_fused_kernel_agrees_with_the_explicit_path_or_falls_back_and_says_so() {
             "the kernel covers {want}: {covered:?}"
         );
     }
-    for not in ["sigmoid", "elu1_normalised", "linear_mlp", "relative"] {
+    for not in [
+        "sigmoid",
+        "elu1_normalised",
+        "linear_mlp",
+        "relative",
+        "softpick",
+        "clipped_softmax",
+    ] {
         assert!(!covered.contains(&not), "the kernel does not cover {not}");
     }
 }

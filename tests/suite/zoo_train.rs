@@ -7,9 +7,10 @@ use crate::common;
 
 use common::*;
 use sinklab::config::{
-    self, BlockConfig, Experiment, GateConfig, NormaliserConfig, ShapingConfig, SlotConfig,
-    SpaConfig, ValueOutputConfig,
+    self, BlockConfig, Experiment, GateConfig, ShapingConfig, SlotConfig, SpaConfig,
+    ValueOutputConfig,
 };
+use sinklab::metrics::Proxy;
 use sinklab::train::{self, TrainOptions};
 
 const TINY: &[&str] = &[
@@ -83,10 +84,16 @@ fn every_zoo_variant_trains_writes_its_metrics_and_a_loadable_checkpoint() {
             "attn/f_attn".into(),
             "act/m_act".into(),
             "act/norm_ratio/layer01".into(),
+            "act/kurtosis/layer01".into(),
+            "attn_out/max_abs/layer01".into(),
+            "sink/secondary_heads/layer01".into(),
+            "repr/entropy_norm/layer01".into(),
+            "sink/layer_rate_eps0.3/layer01".into(),
         ];
+        // softmax_n's implicit zero key, or the unused share of a softpick / clipped row
         let has_slot = a.slot.slot_columns() > 0
             || exp.model.sink_tokens > 0
-            || matches!(a.normaliser, NormaliserConfig::SoftmaxN { .. });
+            || Proxy::for_normaliser(&a.normaliser) == Proxy::ImplicitSlot;
         if has_slot {
             tags.push("sink/slot_rate_eps0.3".into());
             tags.push("sink/slot_mass/layer01".into());
