@@ -450,6 +450,8 @@ fn run_all_commands(dir: &Path, name: &str, overrides: &[&str]) -> PathBuf {
             "--kept",
             "0,2,4,2",
             "--no-recompute",
+            // the same report name as the run above: replace it
+            "--force",
         ],
     );
     assert_eq!(code, 0, "{name} stream-eval --kept: {text}");
