@@ -195,16 +195,7 @@ pub fn plan(run: &OpenRun, o: &PatchOptions) -> Result<PatchPlan> {
         if a.layer >= cfg.n_layers {
             bail!("--at {}: the model has layers 0..{}", a.layer, cfg.n_layers);
         }
-        match a.site {
-            Site::Head(HeadSite::Pattern) => {
-                bail!("directions are added to vectors, not to the pattern")
-            }
-            Site::Head(HeadSite::Gate) => bail!("directions are added to vectors, not to the gate"),
-            Site::Head(_) if a.index.is_none() => {
-                bail!("a direction at {} needs a head (L:{}:H)", a.site, a.site)
-            }
-            _ => {}
-        }
+        crate::intervene::patch::check_direction_place(a.site, a.index)?;
     }
     let direction = match o.add.as_ref().and_then(|a| a.file.as_ref()) {
         None => None,

@@ -200,6 +200,21 @@ pub fn normalise(m: f64, target: f64, source: f64) -> f64 {
     (m - target) / (source - target)
 }
 
+/// Where a direction can be added: a vector site (the stream, or q/k/v/z of one head), not the
+/// pattern or the gate; a per-head site needs its head.
+pub fn check_direction_place(site: Site, index: Option<usize>) -> Result<()> {
+    match (site, index) {
+        (Site::Head(HeadSite::Pattern), _) => {
+            bail!("directions are added to vectors, not to the pattern")
+        }
+        (Site::Head(HeadSite::Gate), _) => {
+            bail!("directions are added to vectors, not to the gate")
+        }
+        (Site::Head(_), None) => bail!("a direction at {site} needs a head (L:{site}:H)"),
+        (Site::Head(_) | Site::Stream(_), _) => Ok(()),
+    }
+}
+
 /// The target's metric with `scale · u` added at `site` of `layer` (a head's slice with
 /// `index`; every real position, or one), for each scale.
 pub fn add_direction(
@@ -220,6 +235,7 @@ pub fn add_direction(
             position,
         },
     )?;
+    check_direction_place(site, index)?;
     let cfg = &p.model.cfg;
     let b = p.batch.batch;
     let n_sink = cfg.sink_tokens;
@@ -260,13 +276,8 @@ pub fn add_direction(
                 } else {
                     cfg.n_heads
                 };
-                let w = match hs {
-                    HeadSite::Pattern => {
-                        bail!("directions are added to vectors, not to the pattern")
-                    }
-                    HeadSite::Gate => bail!("directions are added to vectors, not to the gate"),
-                    _ => cfg.d_head(),
-                };
+                // a vector of one head (check_direction_place refused the pattern and the gate)
+                let w = cfg.d_head();
                 if u.len() != w {
                     bail!(
                         "the direction has {} values; {site} needs d_head = {w}",
