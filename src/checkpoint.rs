@@ -7,6 +7,7 @@
 //! complete. Its `SHA256SUMS` (the format `sha256sum -c` reads) is verified before a resume
 //! trusts it: a corrupt newest checkpoint gives way to the newest good one.
 
+use crate::rundir::{self, RunDir};
 use anyhow::{Context, Result, bail};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
@@ -297,17 +298,16 @@ pub fn load_safetensors(path: &Path) -> Result<BTreeMap<String, HostTensor>> {
 
 /// Checkpoint directory name for a step.
 pub fn step_dir(run_dir: &Path, step: u64) -> PathBuf {
-    run_dir.join("checkpoints").join(format!("step_{step:08}"))
+    RunDir(run_dir).checkpoint(step)
 }
 
 /// Complete checkpoints of a run, oldest first.
 pub fn list_checkpoints(run_dir: &Path) -> Vec<(u64, PathBuf)> {
     let mut out = Vec::new();
-    if let Ok(rd) = std::fs::read_dir(run_dir.join("checkpoints")) {
+    if let Ok(rd) = std::fs::read_dir(RunDir(run_dir).checkpoints()) {
         for e in rd.flatten() {
             let name = e.file_name().to_string_lossy().to_string();
-            if let Some(n) = name.strip_prefix("step_")
-                && let Ok(step) = n.parse::<u64>()
+            if let Some(step) = rundir::parse_step_name(&name)
                 && e.path().join("state.json").exists()
             {
                 out.push((step, e.path()));
@@ -377,7 +377,7 @@ pub fn verify_checkpoint(dir: &Path) -> Result<()> {
 
 /// Remove checkpoint temporaries (`checkpoints/.tmp_step_*`) that a killed write left behind.
 pub fn remove_stale_temporaries(run_dir: &Path) {
-    for e in std::fs::read_dir(run_dir.join("checkpoints"))
+    for e in std::fs::read_dir(RunDir(run_dir).checkpoints())
         .into_iter()
         .flatten()
         .flatten()
@@ -398,7 +398,11 @@ pub fn commit_checkpoint(
     let final_dir = step_dir(run_dir, step);
     let parent = final_dir.parent().expect("has parent");
     std::fs::create_dir_all(parent)?;
-    let tmp = parent.join(format!(".tmp_step_{step:08}_{}", std::process::id()));
+    let tmp = parent.join(format!(
+        ".tmp_{}_{}",
+        rundir::step_name(step),
+        std::process::id()
+    ));
     if tmp.exists() {
         std::fs::remove_dir_all(&tmp)?;
     }

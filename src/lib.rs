@@ -3,8 +3,8 @@
 //! docs/reference.md the formulas, definitions and published numbers the code follows.
 //!
 //! Layers, from the bottom (the order `tests/suite/layout.rs` checks): pure maths and formats
-//! (`spa`, `lock`, `checkpoint`, `tensorboard`, `plot`, `tokenizer`, `progress`,
-//! `parallel`), the schema (`config`), sink metrics (`metrics`) and head scores (`heads`), devices
+//! (`spa`, `lock`, `rundir`, `checkpoint`, `tensorboard`, `plot`, `tokenizer`, `progress`,
+//! `parallel`, `tags`), the schema (`config`), sink metrics (`metrics`) and head scores (`heads`), devices
 //! and data (`backend`, `memory`, `data`),
 //! optimisation (`optim`), the model (`model`), band maths (`dark`), evaluation and probes
 //! (`eval`), interventions (`intervene`), decoding (`generate`), the run directory (`recorder`, `run`), MPI ranks
@@ -38,8 +38,10 @@ pub mod progress;
 pub mod recorder;
 pub mod report;
 pub mod run;
+pub mod rundir;
 pub mod spa;
 pub mod sweep;
+pub mod tags;
 pub mod tensorboard;
 pub mod tokenizer;
 pub mod train;

@@ -29,6 +29,7 @@
 //!   [`spectrum`]) beside Sink₁ per layer.
 
 use crate::config::{FeatureMap, NormaliserConfig};
+use crate::tags::{Group, HeadMetric, LayerMetric, Scalar, Tag};
 use std::collections::BTreeMap;
 
 pub mod eigen;
@@ -640,114 +641,108 @@ impl SinkReport {
             .map(|layers| layers.iter().map(|h| mean(h.iter().copied())).collect())
     }
 
-    /// Scalars under sinklab's metric names (a documented API; zero-padded so they sort):
-    /// `sink/rate_eps{ε}/pos{kk}`, `sink/importance_first/layer{ll}_head{hh}`,
-    /// `attn/entropy/layer{ll}`, `act/norm_ratio/layer{ll}`, `act/norm_first/layer{ll}`,
-    /// `act/norm_rest/layer{ll}`, `act/top{1,2,3}/layer{ll}`, `act/median_abs/layer{ll}`,
-    /// `act/massive_count/layer{ll}`, `kv/key_norm_{first,rest}/layer{ll}`,
-    /// `kv/value_norm_{first,rest}/layer{ll}`; with slots `sink/slot_rate_eps{ε}` (Sink₁*) and
-    /// `sink/slot_mass/layer{ll}`; `attn/first_token_mass/layer{ll}` and `attn/f_attn`, with
-    /// `attn/f_attn_uniform` its floor (uniform causal attention at the probe length);
-    /// `kv/value_drain/layer{ll}_head{hh}`; on a synthetic task
-    /// `bb/attn_first_{dormant,trigger{i}}/layer{ll}_head{hh}`;
-    /// `act/m_act`; with gates `attn/gate_mean/layer{ll}`; the outlier metrics
-    /// `act/kurtosis/layer{ll}`, `act/kurtosis` (mean over layers), `attn_out/kurtosis/layer{ll}`,
-    /// `attn_out/max_abs/layer{ll}`; secondary sinks at the headline ε
-    /// `sink/secondary_heads/layer{ll}` (%), `sink/secondary_count/layer{ll}` and their layer
-    /// means `sink/secondary_heads`, `sink/secondary_count`; the representation entropy
-    /// `repr/entropy/layer{ll}` (nats), `repr/entropy_norm/layer{ll}` beside Sink₁ per layer
-    /// `sink/layer_rate_eps{ε}/layer{ll}`.
-    pub fn scalars(&self) -> Vec<(String, f64)> {
+    /// Every metric of the report under its [`Tag`] (a documented API: `crate::tags` lists the
+    /// names): Sink_k at every ε, α₁ and the value drain per head, the per-layer activation,
+    /// key/value, entropy, slot, gate, outlier and secondary-sink statistics, F-Attn (and its
+    /// uniform floor), M-Act, the mean kurtosis, and Sink₁ per layer at the headline ε.
+    pub fn scalars(&self) -> Vec<(Tag, f64)> {
+        use LayerMetric as M;
         let mut out = Vec::new();
         for (e, rates) in &self.sink_rate {
             for (k, r) in rates.iter().enumerate() {
-                out.push((format!("sink/rate_eps{e}/pos{:02}", k + 1), *r));
+                out.push((Tag::sink_rate(e, k + 1), *r));
             }
         }
         for (l, heads) in self.importance_first.iter().enumerate() {
             for (h, v) in heads.iter().enumerate() {
-                out.push((format!("sink/importance_first/layer{l:02}_head{h:02}"), *v));
+                out.push((Tag::Head(HeadMetric::ImportanceFirst, l, h), *v));
             }
         }
         for (l, e) in self.entropy.iter().enumerate() {
-            out.push((format!("attn/entropy/layer{l:02}"), *e));
+            out.push((Tag::Layer(M::AttnEntropy, l), *e));
         }
         for (l, s) in self.hidden.iter().enumerate() {
-            out.push((format!("act/norm_ratio/layer{l:02}"), s.norm_ratio));
-            out.push((format!("act/norm_first/layer{l:02}"), s.norm_first));
-            out.push((format!("act/norm_rest/layer{l:02}"), s.norm_rest));
-            for (i, v) in s.top3.iter().enumerate() {
-                out.push((format!("act/top{}/layer{l:02}", i + 1), *v));
+            out.push((Tag::Layer(M::NormRatio, l), s.norm_ratio));
+            out.push((Tag::Layer(M::NormFirst, l), s.norm_first));
+            out.push((Tag::Layer(M::NormRest, l), s.norm_rest));
+            for (m, v) in M::TOP.iter().zip(&s.top3) {
+                out.push((Tag::Layer(*m, l), *v));
             }
-            out.push((format!("act/median_abs/layer{l:02}"), s.median_abs));
-            out.push((format!("act/massive_count/layer{l:02}"), s.massive_count));
+            out.push((Tag::Layer(M::MedianAbs, l), s.median_abs));
+            out.push((Tag::Layer(M::MassiveCount, l), s.massive_count));
         }
         for (l, (f, r)) in self.key_norms.iter().enumerate() {
-            out.push((format!("kv/key_norm_first/layer{l:02}"), *f));
-            out.push((format!("kv/key_norm_rest/layer{l:02}"), *r));
+            out.push((Tag::Layer(M::KeyNormFirst, l), *f));
+            out.push((Tag::Layer(M::KeyNormRest, l), *r));
         }
         for (l, (f, r)) in self.value_norms.iter().enumerate() {
-            out.push((format!("kv/value_norm_first/layer{l:02}"), *f));
-            out.push((format!("kv/value_norm_rest/layer{l:02}"), *r));
+            out.push((Tag::Layer(M::ValueNormFirst, l), *f));
+            out.push((Tag::Layer(M::ValueNormRest, l), *r));
         }
         for (e, r) in &self.slot_rate {
-            out.push((format!("sink/slot_rate_eps{e}"), *r));
+            out.push((Tag::slot_rate(e), *r));
         }
         for (l, m) in self.slot_mass.iter().enumerate() {
             if let Some(m) = m {
-                out.push((format!("sink/slot_mass/layer{l:02}"), *m));
+                out.push((Tag::Layer(M::SlotMass, l), *m));
             }
         }
         for (l, m) in self.first_mass.iter().enumerate() {
-            out.push((format!("attn/first_token_mass/layer{l:02}"), *m));
+            out.push((Tag::Layer(M::FirstTokenMass, l), *m));
         }
         for (l, heads) in self.value_drain.iter().enumerate() {
             for (h, v) in heads.iter().enumerate() {
-                out.push((format!("kv/value_drain/layer{l:02}_head{h:02}"), *v));
+                out.push((Tag::Head(HeadMetric::ValueDrain, l, h), *v));
             }
         }
         for (l, heads) in self.first_by_query.iter().flatten().enumerate() {
             for (h, by_group) in heads.iter().enumerate() {
                 for (g, v) in by_group.iter().enumerate() {
-                    let kind = match g {
-                        0 => "dormant".to_string(),
-                        _ => format!("trigger{}", g - 1),
+                    let group = match g {
+                        0 => Group::Dormant,
+                        _ => Group::Trigger(g - 1),
                     };
-                    out.push((format!("bb/attn_first_{kind}/layer{l:02}_head{h:02}"), *v));
+                    out.push((Tag::Head(HeadMetric::BbAttnFirst(group), l, h), *v));
                 }
             }
         }
-        out.push(("attn/f_attn".to_string(), self.f_attn()));
+        out.push((Scalar::FAttn.into(), self.f_attn()));
         out.push((
-            "attn/f_attn_uniform".to_string(),
+            Scalar::FAttnUniform.into(),
             uniform_first_mass(self.probe_len),
         ));
-        out.push(("act/m_act".to_string(), self.m_act()));
+        out.push((Scalar::MAct.into(), self.m_act()));
         for (l, g) in self.gate_mean.iter().enumerate() {
             if let Some(g) = g {
-                out.push((format!("attn/gate_mean/layer{l:02}"), *g));
+                out.push((Tag::Layer(M::GateMean, l), *g));
             }
         }
         for (l, (h, a)) in self.outliers.iter().zip(&self.attn_out).enumerate() {
-            out.push((format!("act/kurtosis/layer{l:02}"), h.kurtosis));
-            out.push((format!("attn_out/kurtosis/layer{l:02}"), a.kurtosis));
-            out.push((format!("attn_out/max_abs/layer{l:02}"), a.max_abs));
+            out.push((Tag::Layer(M::Kurtosis, l), h.kurtosis));
+            out.push((Tag::Layer(M::AttnOutKurtosis, l), a.kurtosis));
+            out.push((Tag::Layer(M::AttnOutMaxAbs, l), a.max_abs));
         }
-        out.push(("act/kurtosis".to_string(), self.kurtosis()));
+        out.push((Scalar::Kurtosis.into(), self.kurtosis()));
         for (l, s) in self.secondary.iter().enumerate() {
-            out.push((format!("sink/secondary_heads/layer{l:02}"), s.heads));
-            out.push((format!("sink/secondary_count/layer{l:02}"), s.count));
+            out.push((Tag::Layer(M::SecondaryHeads, l), s.heads));
+            out.push((Tag::Layer(M::SecondaryCount, l), s.count));
         }
         let (count, heads) = self.secondary_sinks();
-        out.push(("sink/secondary_count".to_string(), count));
-        out.push(("sink/secondary_heads".to_string(), heads));
+        out.push((Scalar::SecondaryCount.into(), count));
+        out.push((Scalar::SecondaryHeads.into(), heads));
         for (l, e) in self.repr_entropy.iter().enumerate() {
-            out.push((format!("repr/entropy/layer{l:02}"), e.nats));
-            out.push((format!("repr/entropy_norm/layer{l:02}"), e.normalised));
+            out.push((Tag::Layer(M::ReprEntropy, l), e.nats));
+            out.push((Tag::Layer(M::ReprEntropyNorm, l), e.normalised));
         }
-        let e = eps_name(HEADLINE_EPS);
-        for (l, r) in self.sink1_by_layer().iter().flatten().enumerate() {
-            out.push((format!("sink/layer_rate_eps{e}/layer{l:02}"), *r));
+        let eps = eps_name(HEADLINE_EPS);
+        for (layer, r) in self.sink1_by_layer().iter().flatten().enumerate() {
+            out.push((
+                Tag::LayerRate {
+                    eps: eps.clone(),
+                    layer,
+                },
+                *r,
+            ));
         }
         out
     }

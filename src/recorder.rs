@@ -5,36 +5,49 @@ use crate::checkpoint;
 use crate::heads::{LayerHeads, Score};
 use crate::metrics::{Proxy, SinkReport};
 use crate::plot::{self, Heatmap};
+use crate::rundir::RunDir;
+use crate::tags::{self, Record, Tag};
 use crate::tensorboard::{EventWriter, plugins};
 use anyhow::{Context, Result};
 use std::io::Write;
 use std::path::Path;
 use std::time::Instant;
 
-/// The Custom Scalars dashboard of a run: the curves a sink study compares on one chart each.
+/// The Custom Scalars dashboard of a run: the curves a sink study compares on one chart each,
+/// each chart's tags selected by their family ([`Tag::family`]).
 fn layout() -> Vec<u8> {
-    let re = |xs: &[&str]| xs.iter().map(|x| x.to_string()).collect::<Vec<_>>();
-    let eps = regex_escape(&crate::metrics::eps_name(crate::metrics::HEADLINE_EPS));
+    use crate::tags::{HeadMetric as H, LayerMetric as L, Scalar as S};
+    let fam = |tags: &[Tag]| -> Vec<String> {
+        tags.iter()
+            .map(|t| Tag::family_regex(&t.family()))
+            .collect()
+    };
+    let headline = crate::metrics::eps_name(crate::metrics::HEADLINE_EPS);
+    let score = |s: Score| fam(&[s.tag(0, 0)]);
     plugins::layout(&[
         (
             "sinks",
             vec![
-                ("Sink₁ at every ε", re(&[r"sink/rate_eps[^/]+/pos01$"])),
+                ("Sink₁ at every ε", vec![tags::sink_rate_every_eps_regex(1)]),
                 (
                     "Sink_k at the headline ε, k = 1..k_max",
-                    vec![format!(r"sink/rate_eps{eps}/pos\d+$")],
+                    fam(&[Tag::sink1(&headline)]),
                 ),
                 (
                     "attention to token 1, by layer (f_attn_uniform: the floor of uniform attention)",
-                    re(&[r"attn/first_token_mass/.*", r"attn/f_attn"]),
+                    fam(&[
+                        Tag::Layer(L::FirstTokenMass, 0),
+                        S::FAttn.into(),
+                        S::FAttnUniform.into(),
+                    ]),
                 ),
                 (
                     "value drain ‖v₁‖ / mean ‖v_t‖, by head",
-                    re(&[r"kv/value_drain/.*"]),
+                    fam(&[Tag::Head(H::ValueDrain, 0, 0)]),
                 ),
                 (
                     "massive activations: ‖h₁‖ / mean ‖h_t‖, by layer",
-                    re(&[r"act/norm_ratio/.*"]),
+                    fam(&[Tag::Layer(L::NormRatio, 0)]),
                 ),
             ],
         ),
@@ -43,19 +56,19 @@ fn layout() -> Vec<u8> {
             vec![
                 (
                     "previous-token score, by head (repeat probe)",
-                    re(&[r"heads/previous/.*"]),
+                    score(Score::Previous),
                 ),
                 (
                     "induction score, by head (repeat probe)",
-                    re(&[r"heads/induction/.*"]),
+                    score(Score::Induction),
                 ),
                 (
                     "first-token importance α₁, by head (repeat probe)",
-                    re(&[r"heads/alpha1/.*"]),
+                    score(Score::Alpha1),
                 ),
                 (
                     "AHON-LN: ‖z_h‖ / the layer's mean, by head (repeat probe)",
-                    re(&[r"heads/ahon_ln/.*"]),
+                    score(Score::AhonLn),
                 ),
             ],
         ),
@@ -64,24 +77,27 @@ fn layout() -> Vec<u8> {
             vec![
                 (
                     "training and validation loss",
-                    re(&[r"train/loss$", r"val/loss.*"]),
+                    fam(&[
+                        S::TrainLoss.into(),
+                        S::ValLoss.into(),
+                        S::ValLossUnchanged.into(),
+                    ]),
                 ),
-                ("synthetic task: copy vs bigram loss", re(&[r"bb/loss_.*"])),
+                (
+                    "synthetic task: copy vs bigram loss",
+                    fam(&[S::BbLossCopy.into(), S::BbLossBigram.into()]),
+                ),
                 (
                     "repeat task: repeated vs fresh targets",
-                    re(&[r"repeat/loss_.*"]),
+                    fam(&[S::RepeatLossRepeated.into(), S::RepeatLossFresh.into()]),
                 ),
                 (
                     "synthetic task: attention to BOS, dormant vs active queries",
-                    re(&[r"bb/attn_first_.*"]),
+                    vec![tags::bb_attn_first_regex()],
                 ),
             ],
         ),
     ])
-}
-
-fn regex_escape(s: &str) -> String {
-    s.replace('.', r"\.")
 }
 
 /// The first-token importance α₁ of every head, `rows[layer][head]`, as a heat map: layers
@@ -168,21 +184,21 @@ impl Recorder {
     }
 
     pub fn open(run_dir: &Path, resume_step: Option<u64>) -> Result<Self> {
-        let path = run_dir.join("metrics.jsonl");
+        let path = RunDir(run_dir).metrics();
         // On resume, drop records written after the checkpoint (they will be written again).
         if let Some(step) = resume_step
             && path.exists()
         {
-            let kept: String = std::fs::read_to_string(&path)?
-                .lines()
-                .filter(|l| {
-                    serde_json::from_str::<serde_json::Value>(l)
-                        .ok()
-                        .and_then(|v| v["step"].as_u64())
-                        .is_some_and(|s| s <= step)
-                })
-                .map(|l| format!("{l}\n"))
-                .collect();
+            let text = std::fs::read_to_string(&path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            let mut kept = String::new();
+            for (line, _) in tags::parse_lines(&text, &path)?
+                .into_iter()
+                .filter(|(_, r)| r.step <= step)
+            {
+                kept.push_str(line);
+                kept.push('\n');
+            }
             checkpoint::write_atomic(&path, kept.as_bytes())?;
         }
         let jsonl = std::fs::OpenOptions::new()
@@ -209,21 +225,18 @@ impl Recorder {
         })
     }
 
-    pub fn scalars(&mut self, step: u64, values: &[(String, f64)]) -> Result<()> {
+    pub fn scalars(&mut self, step: u64, values: &[(Tag, f64)]) -> Result<()> {
         let Some(w) = &mut self.open else {
             return Ok(());
         };
         w.tb.add_scalars(step as i64, values)
             .with_context(|| format!("writing {}", w.tb.path().display()))?;
-        let map: serde_json::Map<String, serde_json::Value> = values
-            .iter()
-            .map(|(k, v)| (k.clone(), serde_json::json!(v)))
-            .collect();
-        let line = serde_json::json!({
-            "step": step,
-            "time": w.start.elapsed().as_secs_f64(),
-            "scalars": map,
-        });
+        let record = Record {
+            step,
+            time: w.start.elapsed().as_secs_f64(),
+            scalars: values.iter().cloned().collect(),
+        };
+        let line = serde_json::to_string(&record)?;
         writeln!(w.jsonl, "{line}")
             .with_context(|| format!("writing {}", w.jsonl_path.display()))?;
         Ok(())

@@ -20,6 +20,7 @@ use crate::data;
 use crate::lock;
 use crate::model::Lm;
 use crate::optim::{self, Optimizer};
+use crate::rundir::{self, RunDir};
 use anyhow::{Context, Result, anyhow, bail};
 use burn::tensor::Device;
 use serde::{Deserialize, Serialize};
@@ -89,10 +90,10 @@ pub fn locate_checkpoint(path: &Path) -> Result<(PathBuf, PathBuf)> {
 /// Why `path` has no checkpoint to open: a run directory that has not reached its first
 /// checkpoint (training, or stopped before one) is told apart from a path that is not a run.
 fn no_checkpoint(path: &Path) -> anyhow::Error {
-    if path.join("resolved.toml").exists() {
-        let every = std::fs::read_to_string(path.join("resolved.toml"))
+    if RunDir(path).resolved().exists() {
+        let every = std::fs::read_to_string(RunDir(path).resolved())
             .ok()
-            .and_then(|t| config::from_str("resolved.toml", &t).ok())
+            .and_then(|t| config::from_str(rundir::RESOLVED, &t).ok())
             .map(|e| format!(" (train.checkpoint_every = {})", e.train.checkpoint_every))
             .unwrap_or_default();
         anyhow!(
@@ -115,7 +116,7 @@ pub fn load_checkpoint(
     device: &Device,
 ) -> Result<(Experiment, Lm, PathBuf, CheckpointState)> {
     let (run_dir, ckpt) = locate_checkpoint(path)?;
-    let resolved = run_dir.join("resolved.toml");
+    let resolved = RunDir(&run_dir).resolved();
     let text = std::fs::read_to_string(&resolved)
         .with_context(|| format!("reading {}", resolved.display()))?;
     let exp = config::from_str(&resolved.display().to_string(), &text)?;
@@ -146,7 +147,7 @@ pub fn open_run(
     log: &mut dyn FnMut(&str),
 ) -> Result<OpenRun> {
     let (run_dir0, ckpt) = locate_checkpoint(path)?;
-    let resolved = run_dir0.join("resolved.toml");
+    let resolved = RunDir(&run_dir0).resolved();
     let text = std::fs::read_to_string(&resolved).with_context(|| {
         format!(
             "{}: no resolved.toml (not a sinklab run directory)",
@@ -164,9 +165,9 @@ pub fn open_run(
     // serves when opened from elsewhere.
     if let config::TokenizerConfig::File { path, .. } = &mut d.tokenizer
         && !path.exists()
-        && run_dir.join("tokenizer.json").exists()
+        && RunDir(&run_dir).tokenizer().exists()
     {
-        *path = run_dir.join("tokenizer.json");
+        *path = RunDir(&run_dir).tokenizer();
     }
     let data = match prepared_data(&run_dir, &d)? {
         Some(data) => data,
@@ -203,7 +204,7 @@ pub fn record_prepared_data(run_dir: &Path, data: &data::Dataset) -> Result<()> 
         manifest_sha256: checkpoint::file_sha256(&manifest)?,
     };
     checkpoint::write_atomic(
-        &run_dir.join("data.json"),
+        &RunDir(run_dir).data(),
         serde_json::to_string_pretty(&r)?.as_bytes(),
     )
 }
@@ -211,15 +212,11 @@ pub fn record_prepared_data(run_dir: &Path, data: &data::Dataset) -> Result<()> 
 /// The prepared corpus `run_dir/data.json` names, opened, when it is still there unchanged;
 /// `None` otherwise (the caller prepares it again from the configuration).
 fn prepared_data(run_dir: &Path, d: &config::DataConfig) -> Result<Option<data::Dataset>> {
-    let Ok(text) = std::fs::read_to_string(run_dir.join("data.json")) else {
+    let Ok(text) = std::fs::read_to_string(RunDir(run_dir).data()) else {
         return Ok(None);
     };
-    let r: PreparedRef = serde_json::from_str(&text).with_context(|| {
-        format!(
-            "{}: not a data reference",
-            run_dir.join("data.json").display()
-        )
-    })?;
+    let r: PreparedRef = serde_json::from_str(&text)
+        .with_context(|| format!("{}: not a data reference", RunDir(run_dir).data().display()))?;
     match checkpoint::file_sha256(&r.prepared.join("manifest.json")) {
         Ok(sha) if sha == r.manifest_sha256 => {}
         _ => return Ok(None), // gone or changed: prepared again from the configuration
@@ -276,14 +273,7 @@ impl Start {
 /// The files and directories a start writes into a run directory before its first checkpoint
 /// (besides `checkpoints/` and TensorBoard's `events.out.tfevents.*`): sinklab's to replace
 /// when that start never reached a checkpoint.
-const START_FILES: [&str; 6] = [
-    "resolved.toml",
-    "provenance.json",
-    "tokenizer.json",
-    "data.json",
-    "metrics.jsonl",
-    "summary.json",
-];
+const START_FILES: [&str; 6] = rundir::START_FILES;
 
 /// What a directory a run is about to use holds.
 #[derive(Debug, PartialEq)]
@@ -316,12 +306,12 @@ pub fn dir_state(dir: &Path) -> DirState {
     if names.is_empty() {
         return DirState::Empty;
     }
-    let marked = dir.join("resolved.toml").is_file();
+    let marked = RunDir(dir).resolved().is_file();
     let ours = |n: &String| {
         START_FILES.contains(&n.as_str())
             || is_start_temporary(n)
             || n.starts_with("events.out.tfevents.")
-            || (n == "checkpoints" && checkpoints_only_temporaries(dir))
+            || (n == rundir::CHECKPOINTS && checkpoints_only_temporaries(dir))
     };
     let foreign: Vec<String> = names
         .iter()
@@ -348,7 +338,7 @@ fn is_start_temporary(name: &str) -> bool {
 
 /// `dir/checkpoints` holds nothing but checkpoint temporaries of a killed write.
 fn checkpoints_only_temporaries(dir: &Path) -> bool {
-    std::fs::read_dir(dir.join("checkpoints")).is_ok_and(|rd| {
+    std::fs::read_dir(RunDir(dir).checkpoints()).is_ok_and(|rd| {
         rd.flatten()
             .all(|e| e.file_name().to_string_lossy().starts_with(".tmp_step_"))
     })
@@ -366,7 +356,7 @@ pub fn clear_stub(dir: &Path) {
     }
     crate::recorder::remove_event_files(dir);
     checkpoint::remove_stale_temporaries(dir);
-    std::fs::remove_dir(dir.join("checkpoints")).ok();
+    std::fs::remove_dir(RunDir(dir).checkpoints()).ok();
 }
 
 /// Lock and prepare the run directory of `exp`. A fresh run refuses a directory that already
@@ -378,7 +368,7 @@ pub fn clear_stub(dir: &Path) {
 /// (empty: one process).
 pub fn start(exp: &Experiment, resume: bool, ranks: Vec<backend::RankInfo>) -> Result<Start> {
     let run_dir = exp.run_dir();
-    let resolved_path = run_dir.join("resolved.toml");
+    let resolved_path = RunDir(&run_dir).resolved();
     let foreign = |names: Vec<String>| {
         anyhow!(
             "run directory {} holds files sinklab did not write for a run ({}); sinklab will not \
@@ -443,7 +433,7 @@ pub fn start(exp: &Experiment, resume: bool, ranks: Vec<backend::RankInfo>) -> R
     provenance.world_size = ranks.len().max(1);
     provenance.ranks = ranks;
     let prov_name = match resumed_step {
-        None => "provenance.json".to_string(),
+        None => rundir::PROVENANCE.to_string(),
         Some(s) => format!("provenance.resume_{s:08}.json"),
     };
     checkpoint::write_atomic(
@@ -516,7 +506,7 @@ pub fn check_same_config(exp: &Experiment, resolved_path: &Path) -> Result<()> {
     // The run's configuration as today's sinklab reads it (defaults added since it started).
     let prev_now = toml::from_str::<toml::Table>(&prev)
         .ok()
-        .and_then(|t| config::from_table("resolved.toml", t).ok())
+        .and_then(|t| config::from_table(rundir::RESOLVED, t).ok())
         .map(|e| e.to_toml());
     if prev == now || prev_now.as_deref() == Some(now.as_str()) {
         return Ok(());

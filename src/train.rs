@@ -14,6 +14,8 @@ use crate::optim::{self, LossScale, Optimizer};
 use crate::parallel::Workers;
 use crate::recorder::Recorder;
 use crate::run;
+use crate::rundir::RunDir;
+use crate::tags::{Scalar, Tag};
 use anyhow::{Context, Result, anyhow, bail};
 use burn::tensor::Device;
 use serde::Serialize;
@@ -75,8 +77,8 @@ fn already_finished(exp: &Experiment) -> Result<Option<TrainSummary>> {
     if last != exp.train.steps || !intact {
         return Ok(None);
     }
-    run::check_same_config(exp, &run_dir.join("resolved.toml"))?;
-    let summary = std::fs::read_to_string(run_dir.join("summary.json"))
+    run::check_same_config(exp, &RunDir(&run_dir).resolved())?;
+    let summary = std::fs::read_to_string(RunDir(&run_dir).summary())
         .ok()
         .and_then(|t| serde_json::from_str::<TrainSummary>(&t).ok());
     Ok(Some(summary.unwrap_or_else(|| {
@@ -129,17 +131,25 @@ const GAIN_SUFFIXES: [&str; 11] = [
 /// Every gain of the model as TensorBoard scalars: `gains/blocks.3.beta_ff` for a scalar gain,
 /// `gains/blocks.3.attn.shape_alpha/h0` for head 0 of a per-head one. Constant gains (not
 /// parameters, or parameters that are never trained) are included once they are parameters.
-pub fn gain_scalars(model: &Lm) -> Vec<(String, f64)> {
+pub fn gain_scalars(model: &Lm) -> Vec<(Tag, f64)> {
     let gains = optim::export_params_where(model, &|name| {
         GAIN_SUFFIXES.iter().any(|s| name.ends_with(s))
     });
     let mut out = Vec::new();
     for (name, t) in gains {
         if t.data.len() == 1 {
-            out.push((format!("gains/{name}"), t.data[0] as f64));
+            let tag = Tag::Gain {
+                param: name,
+                head: None,
+            };
+            out.push((tag, t.data[0] as f64));
         } else {
             for (h, v) in t.data.iter().enumerate() {
-                out.push((format!("gains/{name}/h{h}"), *v as f64));
+                let tag = Tag::Gain {
+                    param: name.clone(),
+                    head: Some(h),
+                };
+                out.push((tag, *v as f64));
             }
         }
     }
@@ -158,7 +168,7 @@ struct Trainer<'a> {
     val_plain: Option<Batch>,
     /// The validation batch split by target kind on a synthetic task, with each part's metric
     /// name: copy / bigram targets (Bigram-Backcopy), repeated / fresh (repeat); split once.
-    val_parts: Vec<(&'static str, Batch)>,
+    val_parts: Vec<(Scalar, Batch)>,
     probe: Batch,
     /// The live head scores' repeat probe (`metrics.heads`), when enabled.
     head_probe: Option<Batch>,
@@ -257,7 +267,7 @@ impl<'a> Trainer<'a> {
         if world.is_root() {
             std::fs::copy(
                 data.dir.join("tokenizer.json"),
-                run_dir.join("tokenizer.json"),
+                RunDir(&run_dir).tokenizer(),
             )?;
             run::record_prepared_data(&run_dir, &data)?;
         }
@@ -328,12 +338,12 @@ impl<'a> Trainer<'a> {
         let val_plain = sampler.has_token_changes().then_some(val_plain);
         let mut val_parts = Vec::new();
         if let Some((copy, bigram)) = data::split_targets(&exp.data, &val) {
-            val_parts.extend([("bb/loss_copy", copy), ("bb/loss_bigram", bigram)]);
+            val_parts.extend([(Scalar::BbLossCopy, copy), (Scalar::BbLossBigram, bigram)]);
         }
         if let Some((repeated, fresh)) = data::split_repeated(&exp.data, &val) {
             val_parts.extend([
-                ("repeat/loss_repeated", repeated),
-                ("repeat/loss_fresh", fresh),
+                (Scalar::RepeatLossRepeated, repeated),
+                (Scalar::RepeatLossFresh, fresh),
             ]);
         }
         let mut probe = data::validation_batch(
@@ -514,14 +524,14 @@ impl<'a> Trainer<'a> {
         }
         let chunk = self.exp.train.micro_batch;
         let v = eval_loss(model, &self.val, chunk, &self.base_device);
-        let mut scalars = vec![("val/loss".to_string(), v)];
+        let mut scalars = vec![(Scalar::ValLoss.into(), v)];
         if let Some(plain) = &self.val_plain {
             let u = eval_loss(model, plain, chunk, &self.base_device);
-            scalars.push(("val/loss_unchanged".to_string(), u));
+            scalars.push((Scalar::ValLossUnchanged.into(), u));
         }
         for (name, part) in &self.val_parts {
             let l = eval_loss(model, part, chunk, &self.base_device);
-            scalars.push((name.to_string(), l));
+            scalars.push(((*name).into(), l));
         }
         self.rec.scalars(step, &scalars)?;
         self.summary.last_val_loss = Some(v);
@@ -653,19 +663,22 @@ pub fn train_in(
             last_tps =
                 tokens_per_step * window.1 as f64 / window.0.elapsed().as_secs_f64().max(1e-9);
             window = (Instant::now(), 0);
-            let mut scalars = vec![
-                ("train/lr".to_string(), lr),
-                ("train/tokens_per_s".into(), last_tps),
-                ("train/tokens_seen".into(), tokens_per_step * done as f64),
+            let mut scalars: Vec<(Tag, f64)> = vec![
+                (Scalar::TrainLr.into(), lr),
+                (Scalar::TrainTokensPerS.into(), last_tps),
+                (
+                    Scalar::TrainTokensSeen.into(),
+                    tokens_per_step * done as f64,
+                ),
             ];
             // a step f16 loss scaling skipped has no finite loss or gradient norm to record
             if loss.is_finite() && gnorm.is_finite() {
-                scalars.push(("train/loss".into(), loss));
-                scalars.push(("train/grad_norm".into(), gnorm));
+                scalars.push((Scalar::TrainLoss.into(), loss));
+                scalars.push((Scalar::TrainGradNorm.into(), gnorm));
             }
             if let Some(ls) = &t.loss_scale {
-                scalars.push(("train/loss_scale".into(), ls.scale));
-                scalars.push(("train/skipped_steps".into(), ls.skipped as f64));
+                scalars.push((Scalar::TrainLossScale.into(), ls.scale));
+                scalars.push((Scalar::TrainSkippedSteps.into(), ls.skipped as f64));
             }
             t.rec.scalars(done, &scalars)?;
         }
@@ -748,7 +761,7 @@ pub fn train_in(
         tokens_per_step * steps_run as f64 / t0.elapsed().as_secs_f64().max(1e-9);
     if world.is_root() {
         let s = serde_json::to_string_pretty(&summary)?;
-        crate::checkpoint::write_atomic(&t.run_dir.join("summary.json"), s.as_bytes())?;
+        crate::checkpoint::write_atomic(&RunDir(&t.run_dir).summary(), s.as_bytes())?;
     }
     world.barrier(); // no rank ends (and no launcher kills the job) while rank 0 writes
     Ok(summary)

@@ -402,7 +402,7 @@ pub fn heads(run: &OpenRun, o: &HeadsOptions, log: &mut dyn FnMut(&str)) -> Resu
     // names under its own prefix
     let unprefixed: Vec<(String, f64)> = scalars
         .into_iter()
-        .map(|(k, v)| (k.trim_start_matches("heads/").to_string(), v))
+        .map(|(k, v)| (k.to_string().trim_start_matches("heads/").to_string(), v))
         .collect();
     out.scalars(TB_PREFIX, &unprefixed)?;
     report.files = out.files.clone();

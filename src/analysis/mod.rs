@@ -39,6 +39,7 @@ pub mod valley;
 use crate::model::Lm;
 use crate::plot;
 use crate::run::OpenRun;
+use crate::rundir::RunDir;
 use crate::tensorboard::EventWriter;
 use anyhow::{Context, Result};
 use burn::tensor::Tensor;
@@ -59,11 +60,9 @@ pub struct Destination {
 impl Destination {
     /// The directory an analysis of `run` writes into.
     pub fn dir(&self, run: &OpenRun) -> PathBuf {
-        self.out.clone().unwrap_or_else(|| {
-            run.run_dir
-                .join("analysis")
-                .join(format!("step_{:08}", run.state.step))
-        })
+        self.out
+            .clone()
+            .unwrap_or_else(|| RunDir(&run.run_dir).analysis(run.state.step))
     }
 
     /// Claims the name `stem` for an analysis before it computes anything: its report is
@@ -157,7 +156,12 @@ impl Output {
         Ok(())
     }
 
-    pub fn scalars(&mut self, prefix: &str, values: &[(String, f64)]) -> Result<()> {
+    /// `values` under `{prefix}/`, their names a [`crate::tags::Tag`] or any other string.
+    pub fn scalars<K: std::fmt::Display>(
+        &mut self,
+        prefix: &str,
+        values: &[(K, f64)],
+    ) -> Result<()> {
         if let Some(tb) = &mut self.tb {
             let named: Vec<(String, f64)> = values
                 .iter()

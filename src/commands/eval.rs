@@ -160,7 +160,11 @@ pub fn run(a: Args) -> Result<()> {
             probe_len,
             probe_sequences: probe_n,
             run_dir: &run.run_dir,
-            scalars: report.scalars().into_iter().collect(),
+            scalars: report
+                .scalars()
+                .into_iter()
+                .map(|(t, v)| (t.to_string(), v))
+                .collect(),
             step: run.state.step,
             val_len,
             val_loss: loss,

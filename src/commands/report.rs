@@ -2,6 +2,7 @@
 
 use crate::metrics::HEADLINE_EPS;
 use crate::report;
+use crate::rundir::RunDir;
 use anyhow::Result;
 use std::path::PathBuf;
 
@@ -39,7 +40,7 @@ pub fn run(a: Args) -> Result<()> {
         )?),
         _ => None,
     };
-    if !a.dir.join("sweep.json").exists() && a.dir.join("metrics.jsonl").exists() {
+    if !a.dir.join("sweep.json").exists() && RunDir(&a.dir).metrics().exists() {
         for (flag, given) in [
             ("--eps", a.eps.is_some()),
             ("--threshold", a.threshold.is_some()),
@@ -52,7 +53,7 @@ pub fn run(a: Args) -> Result<()> {
                 );
             }
         }
-        let out = a.out.clone().unwrap_or_else(|| a.dir.join("plots"));
+        let out = a.out.clone().unwrap_or_else(|| RunDir(&a.dir).plots());
         let md = report::run_curves(&a.dir, &out)?;
         println!("{md}");
         println!("wrote {}/", out.display());

@@ -2,6 +2,7 @@
 //! with its TOML path and what would be valid.
 
 use super::schema::*;
+use crate::rundir::RunDir;
 
 /// `x > bound`, false for NaN (so `!greater(x, b)` also rejects NaN).
 fn greater(x: f64, bound: f64) -> bool {
@@ -14,7 +15,7 @@ impl Experiment {
     /// --schema-only` does not). (TOML path, message) when it does not.
     pub fn init_from_problem(&self) -> Option<(String, String)> {
         let p = self.train.init_from.as_ref()?;
-        (!p.join("resolved.toml").exists() && !p.join("model.safetensors").exists()).then(|| {
+        (!RunDir(p).resolved().exists() && !p.join("model.safetensors").exists()).then(|| {
             (
                 "train.init_from".to_string(),
                 format!(

@@ -31,6 +31,7 @@
 pub mod eig;
 
 use crate::metrics::{Array, importance, importance_first, value_drain};
+use crate::tags::{HeadMetric, Tag};
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
@@ -288,8 +289,8 @@ impl TriggerCopy {
     /// The colour range of its heat map: a share of the row.
     pub const RANGE: (f64, f64) = (0.0, 1.0);
 
-    pub fn tag(self, l: usize, h: usize) -> String {
-        format!("heads/{}/{}", self.name(), head_key(l, h))
+    pub fn tag(self, l: usize, h: usize) -> Tag {
+        Tag::Head(HeadMetric::Score(self.name()), l, h)
     }
 }
 
@@ -452,14 +453,14 @@ impl Score {
     }
 
     /// The metric tag of head `h` of layer `l`: `heads/{name}/layer{ll}_head{hh}`.
-    pub fn tag(self, l: usize, h: usize) -> String {
-        format!("heads/{}/{}", self.name(), head_key(l, h))
+    pub fn tag(self, l: usize, h: usize) -> Tag {
+        Tag::Head(HeadMetric::Score(self.name().to_string()), l, h)
     }
 }
 
 /// The live metrics of a training probe: every [`Score::LIVE`] score of every (layer, head)
 /// as `heads/{name}/layer{ll}_head{hh}`.
-pub fn live_scalars(layers: &[LayerHeads]) -> Vec<(String, f64)> {
+pub fn live_scalars(layers: &[LayerHeads]) -> Vec<(Tag, f64)> {
     Score::LIVE
         .iter()
         .flat_map(|&s| {
@@ -472,11 +473,6 @@ pub fn live_scalars(layers: &[LayerHeads]) -> Vec<(String, f64)> {
             })
         })
         .collect()
-}
-
-/// `layer{ll}_head{hh}`: how every per-head metric name ends.
-pub fn head_key(l: usize, h: usize) -> String {
-    format!("layer{l:02}_head{h:02}")
 }
 
 /// `L.H`: how heads are printed (the literature's 5.1, 7.10).

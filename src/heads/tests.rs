@@ -173,7 +173,7 @@ fn classes_follow_the_documented_order() {
     l.ahon_ln = row(0.3);
     assert_eq!(classify(&l, 0, Some(0.2), &th), Class::LowOutput);
     assert_eq!(
-        Score::Induction.tag(3, 10),
+        Score::Induction.tag(3, 10).to_string(),
         "heads/induction/layer03_head10"
     );
 }
@@ -229,7 +229,7 @@ fn the_trigger_copy_score_reads_each_triggers_copy_source() {
     assert!((score[1][0] - 0.65).abs() < 1e-7, "{score:?}");
     assert!((score[1][1] - 0.5).abs() < 1e-7, "{score:?}");
     assert_eq!(
-        TriggerCopy(3).tag(0, 2),
+        TriggerCopy(3).tag(0, 2).to_string(),
         "heads/copy_trigger3/layer00_head02"
     );
 }

@@ -14,6 +14,7 @@
 use super::{LlamaShape, transpose};
 use crate::checkpoint::{self, HostTensor};
 use crate::config::{Experiment, HeadKind, NormConfig, PositionsConfig, RopePairing};
+use crate::rundir::RunDir;
 use anyhow::{Context, Result, anyhow, bail};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -104,7 +105,7 @@ pub fn export(run_dir: &Path, ckpt: &Path, out: &Path) -> Result<ExportSummary> 
     if out.exists() {
         bail!("{}: already exists; choose another --out", out.display());
     }
-    let resolved = run_dir.join("resolved.toml");
+    let resolved = RunDir(run_dir).resolved();
     let text = std::fs::read_to_string(&resolved)
         .with_context(|| format!("reading {}", resolved.display()))?;
     let exp = crate::config::from_str(&resolved.display().to_string(), &text)?;
@@ -206,7 +207,7 @@ pub fn export(run_dir: &Path, ckpt: &Path, out: &Path) -> Result<ExportSummary> 
     }
     // The run's tokenizer: its own copy in the run directory (training and import put one
     // there), with the begin/end tokens the run names.
-    let tok_path = run_dir.join("tokenizer.json");
+    let tok_path = RunDir(run_dir).tokenizer();
     let tokenizer = match &exp.data.tokenizer {
         crate::config::TokenizerConfig::File { bos, eot, .. } => {
             crate::tokenizer::Tokenizer::load_named(&tok_path, bos, eot)

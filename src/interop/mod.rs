@@ -28,6 +28,7 @@ use crate::config::{
 };
 use crate::model::Lm;
 use crate::run::{CheckpointState, DirState};
+use crate::rundir::{self, RunDir};
 use anyhow::{Context, Result, anyhow, bail};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -206,7 +207,7 @@ pub fn experiment(imp: &Imported, out: &Path, ctx: usize) -> Result<Experiment> 
         },
         data: DataConfig {
             tokenizer: TokenizerConfig::File {
-                path: out.join("tokenizer.json"),
+                path: RunDir(out).tokenizer(),
                 bos: imp.bos.clone(),
                 eot: imp.eot.clone(),
             },
@@ -384,13 +385,10 @@ fn import_locked(
     std::fs::remove_dir_all(&tmp).ok();
     let written = (|| -> Result<()> {
         std::fs::create_dir_all(&tmp)?;
-        checkpoint::write_atomic(&tmp.join("tokenizer.json"), imp.tokenizer_json.as_bytes())?;
+        checkpoint::write_atomic(&RunDir(&tmp).tokenizer(), imp.tokenizer_json.as_bytes())?;
         // The tokenizer is validated by loading it as sinklab will.
-        let tok = crate::tokenizer::Tokenizer::load_named(
-            &tmp.join("tokenizer.json"),
-            &imp.bos,
-            &imp.eot,
-        )?;
+        let tok =
+            crate::tokenizer::Tokenizer::load_named(&RunDir(&tmp).tokenizer(), &imp.bos, &imp.eot)?;
         log(&format!(
             "tokenizer: {} ids (model vocabulary {}), bos {:?}, end of document {:?}",
             tok.vocab_size(),
@@ -398,12 +396,12 @@ fn import_locked(
             imp.bos,
             imp.eot
         ));
-        checkpoint::write_atomic(&tmp.join("resolved.toml"), exp.to_toml().as_bytes())?;
+        checkpoint::write_atomic(&RunDir(&tmp).resolved(), exp.to_toml().as_bytes())?;
         let prov = Provenance::collect(&exp, None);
         let mut prov = serde_json::to_value(&prov)?;
         prov["imported_from"] = imp.source.clone();
         checkpoint::write_atomic(
-            &tmp.join("provenance.json"),
+            &RunDir(&tmp).provenance(),
             serde_json::to_string_pretty(&prov)?.as_bytes(),
         )?;
         let mut meta = std::collections::HashMap::new();
@@ -452,10 +450,10 @@ fn import_locked(
     let moved = written.and_then(|_| {
         crate::run::clear_stub(out);
         for name in [
-            "tokenizer.json",
-            "resolved.toml",
-            "provenance.json",
-            "checkpoints",
+            rundir::TOKENIZER,
+            rundir::RESOLVED,
+            rundir::PROVENANCE,
+            rundir::CHECKPOINTS,
         ] {
             std::fs::rename(tmp.join(name), out.join(name))
                 .with_context(|| format!("moving the imported {name} into {}", out.display()))?;

@@ -100,7 +100,11 @@ fn metric_names_are_stable() {
         attn_out: Array::new(vec![1, 3, 2], vec![0.5; 6]),
     }];
     let r = SinkReport::compute(&layers, &[0.3], 3);
-    let names: Vec<String> = r.scalars().into_iter().map(|(n, _)| n).collect();
+    let names: Vec<String> = r
+        .scalars()
+        .into_iter()
+        .map(|(n, _)| n.to_string())
+        .collect();
     assert_eq!(names[0], "sink/rate_eps0.3/pos01");
     assert!(names.contains(&"sink/importance_first/layer00_head01".to_string()));
     assert!(names.contains(&"act/norm_ratio/layer00".to_string()));

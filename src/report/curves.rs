@@ -14,62 +14,56 @@
 use super::read_metrics;
 use crate::heads::Score;
 use crate::plot::{self, LinePlot, Scale, Series};
+use crate::rundir::RunDir;
+use crate::tags::{HeadMetric, LayerMetric, Record, Scalar, Tag};
 use anyhow::{Result, bail};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
-type Records = Vec<(u64, BTreeMap<String, f64>)>;
-
-/// Every tag starting with `prefix` as one series, named by the rest of the tag.
-fn series(records: &Records, prefix: &str, rename: &dyn Fn(&str) -> String) -> Vec<Series> {
-    let mut by_tag: BTreeMap<String, Vec<(f64, f64)>> = BTreeMap::new();
-    for (step, scalars) in records {
-        for (k, v) in scalars.range(prefix.to_string()..) {
-            if !k.starts_with(prefix) {
-                break;
-            }
-            if v.is_finite() {
+/// Every tag `name` selects as one series, named by what it returns; the series in the order
+/// of their tags' names (as TensorBoard lists them).
+fn series(records: &[Record], name: &dyn Fn(&Tag) -> Option<String>) -> Vec<Series> {
+    let mut by_tag: BTreeMap<String, Series> = BTreeMap::new();
+    for r in records {
+        for (tag, v) in &r.scalars {
+            if let Some(n) = name(tag)
+                && v.is_finite()
+            {
                 by_tag
-                    .entry(k.clone())
-                    .or_default()
-                    .push((*step as f64, *v));
+                    .entry(tag.to_string())
+                    .or_insert_with(|| Series {
+                        name: n,
+                        points: Vec::new(),
+                        err: None,
+                    })
+                    .points
+                    .push((r.step as f64, *v));
             }
         }
     }
-    by_tag
-        .into_iter()
-        .map(|(k, points)| Series {
-            name: rename(&k[prefix.len()..]),
-            points,
-            err: None,
-        })
-        .collect()
+    by_tag.into_values().collect()
 }
 
 /// A live head score (`heads/{name}/layer{ll}_head{hh}`) reduced over each layer's heads at
 /// each step by `reduce`, one series per layer named `{name} L{l} ({what})`.
 fn per_layer(
-    records: &Records,
+    records: &[Record],
     score: Score,
     reduce: fn(&[f64]) -> f64,
     what: &str,
 ) -> Vec<Series> {
-    let prefix = format!("heads/{}/layer", score.name());
     let mut by_layer: BTreeMap<usize, BTreeMap<u64, Vec<f64>>> = BTreeMap::new();
-    for (step, scalars) in records {
-        for (k, v) in scalars.range(prefix.clone()..) {
-            let Some(rest) = k.strip_prefix(&prefix) else {
-                break;
-            };
-            let Some(layer) = rest.split('_').next().and_then(|l| l.parse().ok()) else {
-                continue;
-            };
-            if v.is_finite() {
+    for r in records {
+        for (tag, v) in &r.scalars {
+            if let Tag::Head(HeadMetric::Score(n), layer, _) = tag
+                && n == score.name()
+                && v.is_finite()
+            {
                 by_layer
-                    .entry(layer)
+                    .entry(*layer)
                     .or_default()
-                    .entry(*step)
+                    .entry(r.step)
                     .or_default()
                     .push(*v);
             }
@@ -118,7 +112,7 @@ fn chart(path: &Path, title: &str, y: &str, series: &[Series], y_scale: Scale) -
 /// Write a run's charts into `out` (usually `RUN/plots/`) and return the Markdown that links
 /// them.
 pub fn run_curves(run_dir: &Path, out: &Path) -> Result<String> {
-    let records: Records = read_metrics(&run_dir.join("metrics.jsonl"));
+    let records = read_metrics(&RunDir(run_dir).metrics())?;
     if records.is_empty() {
         bail!(
             "{}: no metrics.jsonl records (is it a run directory? a sweep directory holds sweep.json)",
@@ -130,22 +124,43 @@ pub fn run_curves(run_dir: &Path, out: &Path) -> Result<String> {
         .file_name()
         .map_or(String::new(), |n| n.to_string_lossy().into_owned());
     let mut md = format!("# Run `{name}`\n\n");
-    let mut sink = series(&records, "sink/rate_eps", &|rest| {
-        format!("ε = {}", rest.trim_end_matches("/pos01"))
+    let sink = series(&records, &|t| match t {
+        Tag::SinkRate { eps, k: 1 } => Some(format!("ε = {eps}")),
+        _ => None,
     });
-    sink.retain(|s| s.name.starts_with("ε = ") && !s.name.contains('/'));
-    let layer_head = |rest: &str| rest.replace("layer", "L").replace("_head", " H");
-    let mut losses = series(&records, "train/loss", &|_| "train".into());
-    losses.extend(series(&records, "val/loss", &|r| format!("val{r}")));
-    losses.extend(series(&records, "bb/loss_", &|r| format!("{r} (val)")));
-    losses.extend(series(&records, "repeat/loss_", &|r| format!("{r} (val)")));
-    let mut drain = series(&records, "kv/value_drain/", &|r| {
-        format!("drain {}", layer_head(r))
+    let only =
+        |s: Scalar, n: &'static str| move |t: &Tag| (*t == Tag::Run(s)).then(|| n.to_string());
+    let mut losses = series(&records, &only(Scalar::TrainLoss, "train"));
+    losses.extend(series(&records, &only(Scalar::ValLoss, "val")));
+    losses.extend(series(
+        &records,
+        &only(Scalar::ValLossUnchanged, "val_unchanged"),
+    ));
+    losses.extend(series(
+        &records,
+        &only(Scalar::BbLossBigram, "bigram (val)"),
+    ));
+    losses.extend(series(&records, &only(Scalar::BbLossCopy, "copy (val)")));
+    losses.extend(series(
+        &records,
+        &only(Scalar::RepeatLossFresh, "fresh (val)"),
+    ));
+    losses.extend(series(
+        &records,
+        &only(Scalar::RepeatLossRepeated, "repeated (val)"),
+    ));
+    let mut drain = series(&records, &|t| match t {
+        Tag::Head(HeadMetric::ValueDrain, l, h) => Some(format!("drain L{l:02} H{h:02}")),
+        _ => None,
     });
-    drain.extend(series(&records, "act/norm_ratio/", &|r| {
-        format!("‖h₁‖/‖h‖ {}", r.replace("layer", "L"))
+    drain.extend(series(&records, &|t| match t {
+        Tag::Layer(LayerMetric::NormRatio, l) => Some(format!("‖h₁‖/‖h‖ L{l:02}")),
+        _ => None,
     }));
-    let heads = series(&records, "sink/importance_first/", &layer_head);
+    let heads = series(&records, &|t| match t {
+        Tag::Head(HeadMetric::ImportanceFirst, l, h) => Some(format!("L{l:02} H{h:02}")),
+        _ => None,
+    });
     // heads forming: each layer's best previous-token and induction head, beside Sink₁ / 100
     let mut forming = per_layer(&records, Score::Previous, best, "best head");
     forming.extend(per_layer(&records, Score::Induction, best, "best head"));

@@ -18,6 +18,7 @@
 
 mod curves;
 mod run;
+use crate::rundir::RunDir;
 pub use curves::run_curves;
 use run::read_metrics;
 pub use run::{RunResult, run_result};
@@ -192,13 +193,12 @@ fn check_eps_recorded(
     {
         let mut recorded = std::collections::BTreeSet::new();
         for run in &plan.runs {
-            for (_, sc) in read_metrics(&plan.dir.join(&run.name).join("metrics.jsonl")) {
-                for k in sc.keys() {
-                    if let Some(e) = k
-                        .strip_prefix("sink/rate_eps")
-                        .and_then(|r| r.strip_suffix("/pos01"))
-                    {
-                        recorded.insert(e.to_string());
+            let records =
+                read_metrics(&RunDir(&plan.dir.join(&run.name)).metrics()).unwrap_or_default();
+            for r in records {
+                for t in r.scalars.into_keys() {
+                    if let crate::tags::Tag::SinkRate { eps, k: 1 } = t {
+                        recorded.insert(eps);
                     }
                 }
             }
@@ -235,14 +235,16 @@ fn tables(
     uniform: &str,
 ) -> Result<(String, String)> {
     // Markdown and CSV.
+    let sink1_tag = crate::tags::Tag::sink1(eps_s);
+    let slot_tag = crate::tags::Tag::slot_rate(eps_s);
     let mut md = String::new();
     let mut csv = String::new();
     writeln!(
         md,
         "# Sweep `{}`\n\nFile `{}`; {} runs ({} settings × seeds {:?}, {:?}); directory `{}` \
          (`tensorboard --logdir {}` shows every run side by side).\n\nFinal values over the \
-         seeds that finished: mean ± sample std. Sink₁ = `sink/rate_eps{eps_s}/pos01` (%), slot \
-         Sink₁* = `sink/slot_rate_eps{eps_s}` (%), top Sink_k = the largest mean Sink_k over \
+         seeds that finished: mean ± sample std. Sink₁ = `{sink1_tag}` (%), slot \
+         Sink₁* = `{slot_tag}` (%), top Sink_k = the largest mean Sink_k over \
          the probed positions k (@k), F-Attn = mean attention on the first token (%; uniform causal \
          attention gives H_T/T = {uniform}), norm ratio = largest ‖h₁‖/mean‖h_t‖ over \
          layers; value drain = smallest ‖v₁‖/mean‖v_t‖ over heads; emergence = first probe step \

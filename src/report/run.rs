@@ -1,8 +1,9 @@
 //! One run of a sweep, summarised from its `metrics.jsonl` and status file ([`run_result`]).
 
+use crate::rundir::RunDir;
 use crate::sweep::{self, Plan, RunPlan};
+use crate::tags::{self, HeadMetric, LayerMetric, Record, Scalar, Tag};
 use serde::Serialize;
-use std::collections::BTreeMap;
 use std::path::Path;
 
 /// What one run's metrics say.
@@ -45,53 +46,51 @@ pub struct RunResult {
     pub val_curve: Vec<(u64, f64)>,
 }
 
-/// Read `metrics.jsonl` into step-ordered (step, scalars) records.
-pub(super) fn read_metrics(path: &Path) -> Vec<(u64, BTreeMap<String, f64>)> {
-    let Ok(text) = std::fs::read_to_string(path) else {
-        return Vec::new();
-    };
-    text.lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter_map(|v| {
-            let step = v["step"].as_u64()?;
-            let scalars = v["scalars"]
-                .as_object()?
-                .iter()
-                .filter_map(|(k, x)| Some((k.clone(), x.as_f64()?)))
-                .collect();
-            Some((step, scalars))
-        })
-        .collect()
+/// A run's `metrics.jsonl` records ([`tags::read`]; none when the run has not recorded yet),
+/// with the non-finite values left out: a report reads the last finite value of a tag.
+pub(super) fn read_metrics(path: &Path) -> anyhow::Result<Vec<Record>> {
+    let mut records = tags::read_if_present(path)?;
+    for r in &mut records {
+        r.scalars.retain(|_, v| v.is_finite());
+    }
+    Ok(records)
 }
 
-/// Summarise one run.
+/// Summarise one run. A `metrics.jsonl` it cannot read is the run's error; the other runs of
+/// the sweep are summarised as usual.
 pub fn run_result(plan: &Plan, run: &RunPlan, eps: &str, threshold: f64) -> RunResult {
     let status = sweep::read_status(&plan.dir, &run.name);
-    let records = read_metrics(&plan.dir.join(&run.name).join("metrics.jsonl"));
-    let key = format!("sink/rate_eps{eps}/pos01");
-    let slot_key = format!("sink/slot_rate_eps{eps}");
-    let last = |k: &str| records.iter().rev().find_map(|(_, s)| s.get(k).copied());
+    let (records, unreadable) = match read_metrics(&RunDir(&plan.dir.join(&run.name)).metrics()) {
+        Ok(r) => (r, None),
+        Err(e) => (Vec::new(), Some(format!("{e:#}"))),
+    };
+    let key = Tag::sink1(eps);
+    let slot_key = Tag::slot_rate(eps);
+    let last = |k: &Tag| records.iter().rev().find_map(|r| r.get(k));
     let curve: Vec<(u64, f64)> = records
         .iter()
-        .filter_map(|(st, s)| s.get(&key).map(|v| (*st, *v)))
+        .filter_map(|r| r.get(&key).map(|v| (r.step, v)))
         .collect();
-    // the last record holding `prefix*` tags, folded over them
-    let last_fold = |prefix: &str, init: f64, f: fn(f64, f64) -> f64| {
+    // the last record holding tags of layer metric `m`, folded over its layers
+    let last_layers = |m: LayerMetric| {
+        let of = |t: &Tag| matches!(t, Tag::Layer(x, _) if *x == m);
         records
             .iter()
             .rev()
-            .find(|(_, s)| s.keys().any(|k| k.starts_with(prefix)))
-            .map(|(_, s)| {
-                s.iter()
-                    .filter(|(k, _)| k.starts_with(prefix))
+            .find(|r| r.scalars.keys().any(of))
+            .map(|r| {
+                r.scalars
+                    .iter()
+                    .filter(|(t, _)| of(t))
                     .map(|(_, v)| *v)
-                    .fold(init, f)
+                    .collect::<Vec<_>>()
             })
     };
-    let norm_ratio = last_fold("act/norm_ratio/", f64::NEG_INFINITY, f64::max);
+    let norm_ratio = last_layers(LayerMetric::NormRatio)
+        .map(|v| v.into_iter().fold(f64::NEG_INFINITY, f64::max));
     let val: Vec<(u64, f64)> = records
         .iter()
-        .filter_map(|(st, s)| s.get("val/loss").map(|v| (*st, *v)))
+        .filter_map(|r| r.get(&Scalar::ValLoss.into()).map(|v| (r.step, v)))
         .collect();
     let loss_drop_step = match (val.first(), val.last()) {
         (Some((_, v0)), Some((_, v1))) if v1 < v0 => {
@@ -100,21 +99,22 @@ pub fn run_result(plan: &Plan, run: &RunPlan, eps: &str, threshold: f64) -> RunR
         }
         _ => None,
     };
-    let value_drain = last_fold("kv/value_drain/", f64::INFINITY, f64::min);
-    let slot_layers = records
+    let is_drain = |t: &Tag| matches!(t, Tag::Head(HeadMetric::ValueDrain, _, _));
+    let value_drain = records
         .iter()
         .rev()
-        .find(|(_, s)| s.keys().any(|k| k.starts_with("sink/slot_mass/")))
-        .map(|(_, s)| {
-            let m: Vec<f64> = s
+        .find(|r| r.scalars.keys().any(is_drain))
+        .map(|r| {
+            r.scalars
                 .iter()
-                .filter(|(k, _)| k.starts_with("sink/slot_mass/"))
+                .filter(|(t, _)| is_drain(t))
                 .map(|(_, v)| *v)
-                .collect();
-            100.0 * m.iter().sum::<f64>() / m.len() as f64
+                .fold(f64::INFINITY, f64::min)
         });
+    let slot_layers =
+        last_layers(LayerMetric::SlotMass).map(|m| 100.0 * m.iter().sum::<f64>() / m.len() as f64);
     let mut sink_k = Vec::new();
-    while let Some(v) = last(&format!("sink/rate_eps{eps}/pos{:02}", sink_k.len() + 1)) {
+    while let Some(v) = last(&Tag::sink_rate(eps, sink_k.len() + 1)) {
         sink_k.push(v);
     }
     RunResult {
@@ -124,21 +124,21 @@ pub fn run_result(plan: &Plan, run: &RunPlan, eps: &str, threshold: f64) -> RunR
             .as_ref()
             .map_or("not started".to_string(), |s| s.state.clone()),
         seconds: status.as_ref().map(|s| s.seconds),
-        error: status.and_then(|s| s.error),
-        steps: records.last().map(|(s, _)| *s),
+        error: unreadable.or(status.and_then(|s| s.error)),
+        steps: records.last().map(|r| r.step),
         sink1: last(&key),
         slot_sink1: last(&slot_key),
-        val_loss: last("val/loss"),
+        val_loss: last(&Scalar::ValLoss.into()),
         norm_ratio,
         emergence_step: curve.iter().find(|(_, v)| *v > threshold).map(|(s, _)| *s),
         loss_drop_step,
         value_drain,
         sink_k,
-        first_mass: last("attn/f_attn").map(|v| 100.0 * v),
+        first_mass: last(&Scalar::FAttn.into()).map(|v| 100.0 * v),
         slot_mass: slot_layers,
-        kurtosis: last("act/kurtosis"),
-        max_abs: last("act/m_act"),
-        secondary: last("sink/secondary_count"),
+        kurtosis: last(&Scalar::Kurtosis.into()),
+        max_abs: last(&Scalar::MAct.into()),
+        secondary: last(&Scalar::SecondaryCount.into()),
         curve,
         val_curve: val,
     }

@@ -6,6 +6,7 @@
 
 use super::{Plan, RunPlan};
 use crate::metrics::{HEADLINE_EPS, eps_name};
+use crate::tags::{Scalar, Tag};
 use crate::tensorboard::EventWriter;
 use crate::tensorboard::plugins::{self, HValue, Status};
 use anyhow::{Context, Result};
@@ -16,22 +17,19 @@ use std::path::Path;
 fn metrics() -> Vec<(String, String)> {
     let e = eps_name(HEADLINE_EPS);
     vec![
+        (Tag::sink1(&e), format!("Sink1 (eps {e}, %)")),
+        (Tag::slot_rate(&e), format!("slot Sink1* (eps {e}, %)")),
+        (Scalar::ValLoss.into(), "validation loss".into()),
+        (Scalar::FAttn.into(), "F-Attn".into()),
         (
-            format!("sink/rate_eps{e}/pos01"),
-            format!("Sink1 (eps {e}, %)"),
-        ),
-        (
-            format!("sink/slot_rate_eps{e}"),
-            format!("slot Sink1* (eps {e}, %)"),
-        ),
-        ("val/loss".into(), "validation loss".into()),
-        ("attn/f_attn".into(), "F-Attn".into()),
-        (
-            "attn/f_attn_uniform".into(),
+            Scalar::FAttnUniform.into(),
             "F-Attn of uniform attention (floor)".into(),
         ),
-        ("bb/loss_copy".into(), "copy loss (synthetic)".into()),
+        (Scalar::BbLossCopy.into(), "copy loss (synthetic)".into()),
     ]
+    .into_iter()
+    .map(|(t, name): (Tag, String)| (t.to_string(), name))
+    .collect()
 }
 
 /// A TOML value (as the sweep file writes it) as a hyper-parameter value: numbers stay

@@ -41,6 +41,7 @@ mod hparams;
 pub mod slurm;
 
 use crate::config::{self, Experiment};
+use crate::rundir::RunDir;
 use crate::train::TrainSummary;
 use anyhow::{Context, Result, anyhow, bail};
 use serde::{Deserialize, Serialize};
@@ -588,7 +589,7 @@ fn run_child(
         return Ok(busy(tail(&log_path, log_start, 1)));
     }
     let summary: Option<TrainSummary> =
-        std::fs::read_to_string(plan.dir.join(&run.name).join("summary.json"))
+        std::fs::read_to_string(RunDir(&plan.dir.join(&run.name)).summary())
             .ok()
             .and_then(|t| serde_json::from_str(&t).ok());
     let was_interrupted = summary.is_some_and(|s| s.interrupted) && code == Some(130);

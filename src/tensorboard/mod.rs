@@ -202,13 +202,17 @@ impl EventWriter {
     }
 
     /// Writes several scalars for the same step in one `Event` (stored as f32).
-    pub fn add_scalars(&mut self, step: i64, values: &[(String, f64)]) -> io::Result<()> {
+    pub fn add_scalars<K: std::fmt::Display>(
+        &mut self,
+        step: i64,
+        values: &[(K, f64)],
+    ) -> io::Result<()> {
         if values.is_empty() {
             return Ok(());
         }
         let encoded: Vec<Vec<u8>> = values
             .iter()
-            .map(|(tag, v)| encode_value(tag, &ValueKind::Simple(*v as f32)))
+            .map(|(tag, v)| encode_value(&tag.to_string(), &ValueKind::Simple(*v as f32)))
             .collect();
         self.write_values(step, &encoded)
     }

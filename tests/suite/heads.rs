@@ -304,7 +304,7 @@ fn live_head_scores_equal_the_heads_command_on_the_same_probe() {
     let (step, last) = records
         .iter()
         .rev()
-        .find(|(_, r)| r.contains_key(&Score::Previous.tag(0, 0)))
+        .find(|(_, r)| r.contains_key(&Score::Previous.tag(0, 0).to_string()))
         .expect("live head scores");
     assert_eq!(*step, exp.train.steps, "the last probe is at the last step");
     let (code, json, err) = common::sinklab_in(
@@ -330,7 +330,7 @@ fn live_head_scores_equal_the_heads_command_on_the_same_probe() {
     for s in Score::LIVE {
         for (l, row) in r.score(s).iter().enumerate() {
             for (h, want) in row.iter().enumerate() {
-                let got = last[&s.tag(l, h)].as_f64().unwrap();
+                let got = last[&s.tag(l, h).to_string()].as_f64().unwrap();
                 assert!(
                     (got - want).abs() <= 1e-6 * (1.0 + want.abs()),
                     "{}: live {got} vs heads {want}",

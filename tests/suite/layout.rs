@@ -11,15 +11,17 @@ const MAX_LINES: usize = 800;
 
 /// The layers of `src/`, bottom first (CONTRIBUTING.md "Architecture", src/lib.rs): a module may
 /// use only modules before it.
-const ORDER: [&str; 31] = [
+const ORDER: [&str; 33] = [
     "spa",
     "lock",
+    "rundir",
     "checkpoint",
     "tensorboard",
     "plot",
     "tokenizer",
     "progress",
     "parallel",
+    "tags",
     "config",
     "kernels",
     "metrics",

@@ -146,19 +146,19 @@ fn smoke_run_learns_and_writes_metrics_tensorboard_and_checkpoints() {
     images.insert("sink/importance_first_map".into(), maps.into());
     for s in sinklab::heads::Score::LIVE {
         for (l, h) in (0..2).flat_map(|l| (0..4).map(move |h| (l, h))) {
-            let n = series(&run, &s.tag(l, h)).len();
+            let n = series(&run, &s.tag(l, h).to_string()).len();
             assert_eq!(n, 3, "{} at every probe step", s.tag(l, h));
         }
         let maps: Vec<serde_json::Value> = steps
             .iter()
             .map(|&step| {
-                let rows = rows_at(step, &|l, h| s.tag(l, h));
+                let rows = rows_at(step, &|l, h| s.tag(l, h).to_string());
                 let png = sinklab::recorder::score_map(&rows, s, "repeat probe").unwrap();
                 entry(step, &png).2
             })
             .collect();
         images.insert(format!("heads/{}_map", s.name()), maps.into());
-        let tag = s.tag(1, 2);
+        let tag = s.tag(1, 2).to_string();
         let pts: Vec<serde_json::Value> = series(&run, &tag)
             .into_iter()
             .map(|(s, v)| serde_json::json!([s, v]))
