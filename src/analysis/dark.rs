@@ -159,13 +159,32 @@ pub struct WriteShares {
     pub mlp: Option<Vec<f64>>,
 }
 
-/// Run `sinklab dark`: writes `dark.json` and the figures, returns the report.
+/// Run `sinklab dark`: writes `dark.json` and the figures, returns the report. A [`plan`]
+/// that makes every refusal, a [`compute`] without I/O, a [`render`] that writes.
 pub fn dark(run: &OpenRun, o: &DarkOptions, log: &mut dyn FnMut(&str)) -> Result<DarkReport> {
+    let plan = plan(run, o)?;
+    let mut report = compute(run, o, &plan, log)?;
+    render(run, plan, &mut report)?;
+    Ok(report)
+}
+
+/// What `dark` will compute, every refusal made: the report's name claimed, the bands, the
+/// filter sites and the ks checked against the model.
+pub struct Plan {
+    pub claim: super::Claim,
+    pub n_bands: usize,
+    pub selection: FilterLayers,
+    /// (the site's block input, or None for all at once; the block inputs filtered there)
+    pub sites: Vec<(Option<usize>, Vec<usize>)>,
+    pub ks: Vec<usize>,
+}
+
+/// Every refusal of `dark` before any computation: a report of the same name, a number of
+/// bands outside 2..=d_model, a block input past the last, a k past the bands.
+pub fn plan(run: &OpenRun, o: &DarkOptions) -> Result<Plan> {
     let claim = o.dest.claim(run, "dark")?;
-    let exp = &run.exp;
-    let model = &run.model;
-    let n_layers = exp.model.n_layers;
-    let (w_u, e_t, d, v) = unembedding_and_embedding(model, o.fold_gain);
+    let n_layers = run.exp.model.n_layers;
+    let d = run.exp.model.d_model;
     let n_bands = o.bands;
     if !(2..=d).contains(&n_bands) {
         bail!("--bands {n_bands}: need 2 ≤ bands ≤ d_model = {d}");
@@ -189,6 +208,33 @@ pub fn dark(run: &OpenRun, o: &DarkOptions, log: &mut dyn FnMut(&str)) -> Result
     if let Some(&bad) = ks.iter().find(|&&k| k > n_bands) {
         bail!("--k {bad} exceeds --bands {n_bands}");
     }
+    let sites = match &selection {
+        FilterLayers::Each(ls) => ls.iter().map(|&l| (Some(l), vec![l])).collect(),
+        FilterLayers::All => vec![(None, (0..=n_layers).collect())],
+    };
+    Ok(Plan {
+        claim,
+        n_bands,
+        selection,
+        sites,
+        ks,
+    })
+}
+
+/// The bands, the band energy of the residual stream, the write shares and every filter's
+/// ΔNLL and Sink₁: the report (its `files` empty until [`render`]), nothing written.
+pub fn compute(
+    run: &OpenRun,
+    o: &DarkOptions,
+    plan: &Plan,
+    log: &mut dyn FnMut(&str),
+) -> Result<DarkReport> {
+    let exp = &run.exp;
+    let model = &run.model;
+    let n_layers = exp.model.n_layers;
+    let (w_u, e_t, d, v) = unembedding_and_embedding(model, o.fold_gain);
+    let n_bands = plan.n_bands;
+    let (sites, ks) = (&plan.sites, &plan.ks);
     // A tied head (and no folded gain) makes W_U = Eᵀ bit for bit: one decomposition serves.
     let tied = e_t == w_u;
     log(if tied {
@@ -203,7 +249,6 @@ pub fn dark(run: &OpenRun, o: &DarkOptions, log: &mut dyn FnMut(&str)) -> Result
         Bands::from_matrix(&e_t, d, v, n_bands)
     };
     let rand_bands = Bands::random(d, n_bands, o.seed);
-    let mut sink = Output::new(claim, run)?;
     // Band energy of the residual stream (every block input), first token vs the rest.
     let n_val = o.sequences.unwrap_or(exp.train.eval_sequences);
     let chunk = exp.train.micro_batch.max(1);
@@ -217,100 +262,8 @@ pub fn dark(run: &OpenRun, o: &DarkOptions, log: &mut dyn FnMut(&str)) -> Result
     )?;
     sampler.apply_token_changes(&mut probe);
     let inputs = hidden_inputs(model, &probe, chunk, &run.device);
-    let mut energy = Vec::new();
-    let mut energy_rows_first = Vec::new();
-    let mut energy_rows_rest = Vec::new();
-    for (l, x) in inputs.iter().enumerate() {
-        let [b, t, dd] = x.shape[..] else {
-            unreachable!("hidden states are rank 3")
-        };
-        let mut first = vec![0.0; n_bands];
-        let mut rest = vec![0.0; n_bands];
-        let (mut dr_first, mut dr_rest) = (0.0, 0.0);
-        let rows: Vec<f64> = x.data[..b * t * dd].iter().map(|&z| z as f64).collect();
-        for (i, e) in bu.band_energies(&rows).into_iter().enumerate() {
-            let ti = i % t;
-            let dr = crate::dark::dark_ratio_of_share(e[n_bands - 1]);
-            if ti == 0 {
-                first.iter_mut().zip(&e).for_each(|(a, b)| *a += b);
-                dr_first += dr;
-            } else {
-                rest.iter_mut().zip(&e).for_each(|(a, b)| *a += b);
-                dr_rest += dr;
-            }
-        }
-        first.iter_mut().for_each(|x| *x /= b as f64);
-        rest.iter_mut()
-            .for_each(|x| *x /= (b * (t - 1)).max(1) as f64);
-        energy_rows_first.push(first.clone());
-        energy_rows_rest.push(rest.clone());
-        energy.push(BandEnergy {
-            layer: l,
-            band_energy_first: first,
-            band_energy_rest: rest,
-            dark_ratio_first: dr_first / b as f64,
-            dark_ratio_rest: dr_rest / (b * (t - 1)).max(1) as f64,
-        });
-    }
-    for (name, rows, tag) in [
-        ("band_energy_first.png", &energy_rows_first, "first token"),
-        ("band_energy_rest.png", &energy_rows_rest, "other tokens"),
-    ] {
-        let png = plot::heatmap(&Heatmap {
-            title: &format!(
-                "W_U band energy of the residual stream, {tag} (band {n_bands} = dark)"
-            ),
-            x_label: "band (1 = largest singular values)",
-            y_label: "block input (layer)",
-            rows,
-            x_ticks: Some(&(1..=n_bands).map(|j| j.to_string()).collect::<Vec<_>>()),
-            y_ticks: None,
-            range: Some((0.0, 1.0)),
-            annotate: false,
-            colours: crate::plot::Colours::Sequential,
-        })?;
-        sink.png(
-            name,
-            &format!("dark/{}", name.trim_end_matches(".png")),
-            png,
-        )?;
-    }
-    // Write weights onto the bands.
-    let host = |t: Tensor<2>| -> Vec<f64> {
-        t.into_data()
-            .convert::<f32>()
-            .try_into_vec::<f32>()
-            .expect("f32")
-            .into_iter()
-            .map(f64::from)
-            .collect()
-    };
-    let dh = exp.model.d_head();
-    let mut writes = Vec::new();
-    for (l, block) in model.blocks.iter().enumerate() {
-        let heads: Vec<Vec<f64>> = (0..exp.model.n_heads)
-            .map(|h| match &block.attn.wo {
-                Some(wo) => {
-                    let w = host(wo.matrix()); // (d, d): rows h·d_h.. are head h's writes
-                    bu.write_share(&w[h * dh * d..(h + 1) * dh * d], dh)
-                }
-                None => {
-                    let mut w = vec![0.0; dh * d];
-                    (0..dh).for_each(|i| w[i * d + h * dh + i] = 1.0);
-                    bu.write_share(&w, dh)
-                }
-            })
-            .collect();
-        let mlp = block.mlp.as_ref().map(|m| {
-            let w = host(m.w_down.matrix()); // (f, d)
-            bu.write_share(&w, w.len() / d)
-        });
-        writes.push(WriteShares {
-            layer: l,
-            heads,
-            mlp,
-        });
-    }
+    let energy = band_energy(&bu, &inputs, n_bands);
+    let writes = write_shares(model, &exp.model, &bu, d);
     // Filters: each family over k, at each selected block input (or at all at once).
     let mut val = crate::data::validation_batch(&run.data, n_val, exp.model.ctx, exp.data.bos)?;
     crate::data::ignore_first_targets(&mut val, exp.model.attention.mask.ignored_targets());
@@ -328,10 +281,6 @@ pub fn dark(run: &OpenRun, o: &DarkOptions, log: &mut dyn FnMut(&str)) -> Result
         &mut |_| {},
     );
     let base_sink = SinkReport::from_summaries(&unfiltered, &eps, 1).sink1();
-    let sites: Vec<(Option<usize>, Vec<usize>)> = match &selection {
-        FilterLayers::Each(ls) => ls.iter().map(|&l| (Some(l), vec![l])).collect(),
-        FilterLayers::All => vec![(None, (0..=n_layers).collect())],
-    };
     let all_inputs: Vec<usize> = (0..=n_layers).collect();
     let total = sites.len() * ks.len() * FAMILIES.len() + 1;
     log(&format!(
@@ -379,9 +328,9 @@ pub fn dark(run: &OpenRun, o: &DarkOptions, log: &mut dyn FnMut(&str)) -> Result
         Some(n_bands),
         &bu.phi(n_bands),
     ));
-    for (layer, at) in &sites {
+    for (layer, at) in sites {
         let r = first.take().unwrap_or_else(|| restart(at));
-        for &k in &ks {
+        for &k in ks {
             // the filters of this k as applied (f32), with their family and result
             let mut applied: Vec<(Vec<f32>, &str, f64, Option<f64>)> = Vec::new();
             for family in FAMILIES {
@@ -427,16 +376,175 @@ pub fn dark(run: &OpenRun, o: &DarkOptions, log: &mut dyn FnMut(&str)) -> Result
             pairs.join(", ")
         ));
     }
+    Ok(DarkReport {
+        run_dir: run.run_dir.clone(),
+        checkpoint: run.checkpoint.clone(),
+        step: run.state.step,
+        bands: n_bands,
+        d_model: d,
+        filter_sites: match &plan.selection {
+            FilterLayers::Each(ls) => FilterSites::Each(ls.clone()),
+            FilterLayers::All => FilterSites::All("all".into()),
+        },
+        unembedding: if o.fold_gain {
+            "diag(g) W_U (final norm gain folded in)".into()
+        } else {
+            "W_U".into()
+        },
+        validation: Validation {
+            sequences: n_val,
+            len: exp.model.ctx,
+            nll: base,
+        },
+        probe: ProbeSize {
+            sequences: o.probe_sequences,
+            len: probe.len,
+        },
+        sink1_unfiltered: base_sink,
+        singular_values: SingularValues {
+            unembedding: bu.singular_values.clone(),
+            embedding: be.singular_values.clone(),
+        },
+        band_energy: energy,
+        write_shares: writes,
+        filters: results,
+        ks: ks.clone(),
+        files: Vec::new(),
+    })
+}
+
+/// The mean energy of the stream in each W_U band, and its dark ratio, at every block input:
+/// token 1 against the others (`inputs[l]`: the stream entering block l, (B, T, d)).
+fn band_energy(bu: &Bands, inputs: &[crate::metrics::Array], n_bands: usize) -> Vec<BandEnergy> {
+    let mut energy = Vec::new();
+    for (l, x) in inputs.iter().enumerate() {
+        let [b, t, dd] = x.shape[..] else {
+            unreachable!("hidden states are rank 3")
+        };
+        let mut first = vec![0.0; n_bands];
+        let mut rest = vec![0.0; n_bands];
+        let (mut dr_first, mut dr_rest) = (0.0, 0.0);
+        let rows: Vec<f64> = x.data[..b * t * dd].iter().map(|&z| z as f64).collect();
+        for (i, e) in bu.band_energies(&rows).into_iter().enumerate() {
+            let ti = i % t;
+            let dr = crate::dark::dark_ratio_of_share(e[n_bands - 1]);
+            if ti == 0 {
+                first.iter_mut().zip(&e).for_each(|(a, b)| *a += b);
+                dr_first += dr;
+            } else {
+                rest.iter_mut().zip(&e).for_each(|(a, b)| *a += b);
+                dr_rest += dr;
+            }
+        }
+        first.iter_mut().for_each(|x| *x /= b as f64);
+        rest.iter_mut()
+            .for_each(|x| *x /= (b * (t - 1)).max(1) as f64);
+        energy.push(BandEnergy {
+            layer: l,
+            band_energy_first: first,
+            band_energy_rest: rest,
+            dark_ratio_first: dr_first / b as f64,
+            dark_ratio_rest: dr_rest / (b * (t - 1)).max(1) as f64,
+        });
+    }
+    energy
+}
+
+/// The share of each head's and each MLP's write weights in each W_U band, layer by layer.
+fn write_shares(
+    model: &crate::model::Lm,
+    cfg: &crate::config::ModelConfig,
+    bu: &Bands,
+    d: usize,
+) -> Vec<WriteShares> {
+    let host = |t: Tensor<2>| -> Vec<f64> {
+        t.into_data()
+            .convert::<f32>()
+            .try_into_vec::<f32>()
+            .expect("f32")
+            .into_iter()
+            .map(f64::from)
+            .collect()
+    };
+    let dh = cfg.d_head();
+    let mut writes = Vec::new();
+    for (l, block) in model.blocks.iter().enumerate() {
+        let heads: Vec<Vec<f64>> = (0..cfg.n_heads)
+            .map(|h| match &block.attn.wo {
+                Some(wo) => {
+                    let w = host(wo.matrix()); // (d, d): rows h·d_h.. are head h's writes
+                    bu.write_share(&w[h * dh * d..(h + 1) * dh * d], dh)
+                }
+                None => {
+                    let mut w = vec![0.0; dh * d];
+                    (0..dh).for_each(|i| w[i * d + h * dh + i] = 1.0);
+                    bu.write_share(&w, dh)
+                }
+            })
+            .collect();
+        let mlp = block.mlp.as_ref().map(|m| {
+            let w = host(m.w_down.matrix()); // (f, d)
+            bu.write_share(&w, w.len() / d)
+        });
+        writes.push(WriteShares {
+            layer: l,
+            heads,
+            mlp,
+        });
+    }
+    writes
+}
+
+/// The band-energy heat maps, the ΔNLL-against-k plot of each family, the ΔNLL scalars (to
+/// the run's TensorBoard when asked) and `dark.json`, whose `files` it fills.
+pub fn render(run: &OpenRun, plan: Plan, report: &mut DarkReport) -> Result<()> {
+    let n_bands = plan.n_bands;
+    let mut sink = Output::new(plan.claim.clone(), run)?;
+    let first: Vec<Vec<f64>> = report
+        .band_energy
+        .iter()
+        .map(|e| e.band_energy_first.clone())
+        .collect();
+    let rest: Vec<Vec<f64>> = report
+        .band_energy
+        .iter()
+        .map(|e| e.band_energy_rest.clone())
+        .collect();
+    for (name, rows, tag) in [
+        ("band_energy_first.png", &first, "first token"),
+        ("band_energy_rest.png", &rest, "other tokens"),
+    ] {
+        let png = plot::heatmap(&Heatmap {
+            title: &format!(
+                "W_U band energy of the residual stream, {tag} (band {n_bands} = dark)"
+            ),
+            x_label: "band (1 = largest singular values)",
+            y_label: "block input (layer)",
+            rows,
+            x_ticks: Some(&(1..=n_bands).map(|j| j.to_string()).collect::<Vec<_>>()),
+            y_ticks: None,
+            range: Some((0.0, 1.0)),
+            annotate: false,
+            colours: crate::plot::Colours::Sequential,
+        })?;
+        sink.png(
+            name,
+            &format!("dark/{}", name.trim_end_matches(".png")),
+            png,
+        )?;
+    }
     let site_name = |l: Option<usize>| match l {
         Some(l) => format!("block input {l}"),
         None => "every block input".to_string(),
     };
     for family in FAMILIES {
-        let series: Vec<Series> = sites
+        let series: Vec<Series> = plan
+            .sites
             .iter()
             .map(|(layer, _)| Series {
                 name: site_name(*layer),
-                points: results
+                points: report
+                    .filters
                     .iter()
                     .filter(|r| r.filter == family && r.layer == *layer)
                     .map(|r| (r.k.expect("swept") as f64, r.delta_nll))
@@ -464,7 +572,8 @@ pub fn dark(run: &OpenRun, o: &DarkOptions, log: &mut dyn FnMut(&str)) -> Result
     }
     sink.scalars(
         "dark",
-        &results
+        &report
+            .filters
             .iter()
             .map(|r| {
                 (
@@ -479,43 +588,9 @@ pub fn dark(run: &OpenRun, o: &DarkOptions, log: &mut dyn FnMut(&str)) -> Result
             })
             .collect::<Vec<_>>(),
     )?;
-    let value = DarkReport {
-        run_dir: run.run_dir.clone(),
-        checkpoint: run.checkpoint.clone(),
-        step: run.state.step,
-        bands: n_bands,
-        d_model: d,
-        filter_sites: match &selection {
-            FilterLayers::Each(ls) => FilterSites::Each(ls.clone()),
-            FilterLayers::All => FilterSites::All("all".into()),
-        },
-        unembedding: if o.fold_gain {
-            "diag(g) W_U (final norm gain folded in)".into()
-        } else {
-            "W_U".into()
-        },
-        validation: Validation {
-            sequences: n_val,
-            len: exp.model.ctx,
-            nll: base,
-        },
-        probe: ProbeSize {
-            sequences: o.probe_sequences,
-            len: probe.len,
-        },
-        sink1_unfiltered: base_sink,
-        singular_values: SingularValues {
-            unembedding: bu.singular_values.clone(),
-            embedding: be.singular_values.clone(),
-        },
-        band_energy: energy,
-        write_shares: writes,
-        filters: results,
-        ks,
-        files: sink.files.clone(),
-    };
-    sink.json("dark.json", &value)?;
-    Ok(value)
+    report.files = sink.files.clone();
+    sink.json("dark.json", &*report)?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -94,12 +94,35 @@ pub fn default_text_tokens(ctx: usize) -> usize {
 
 /// Run `sinklab stream-eval` (StreamingLLM's evaluation, docs/reference.md §6): every policy on one
 /// long text with the same cache budget L, token by token; writes `stream.json` and
-/// `stream_ppl.png` (perplexity against position) and returns the report.
+/// `stream_ppl.png` (perplexity against position) and returns the report. A [`plan`] that
+/// makes every refusal, a [`compute`] without I/O, a [`render`] that writes.
 pub fn stream_eval(
     run: &OpenRun,
     o: &StreamOptions,
     log: &mut dyn FnMut(&str),
 ) -> Result<StreamReport> {
+    let plan = plan(run, o, log)?;
+    let report = compute(run, o, &plan, log)?;
+    render(run, o, &plan, &report)?;
+    Ok(report)
+}
+
+/// What a stream evaluation will do, every refusal made: the report's name claimed, the
+/// budget checked against the context, the cache policies and the evaluation text.
+pub struct Plan {
+    pub claim: super::Claim,
+    /// The cache budget L = sinks + window.
+    pub budget: usize,
+    /// (name, initial tokens kept, recent tokens kept) of each evicting cache.
+    pub policies: Vec<(String, usize, usize)>,
+    /// The text's token ids (the BOS token first where the model was trained with one).
+    pub tokens: Vec<u32>,
+}
+
+/// Every refusal of `stream-eval` before a model pass: a report of the same name, a budget
+/// that does not fit the context, `--kept` values outside the budget, a text that cannot be
+/// read or is too short.
+pub fn plan(run: &OpenRun, o: &StreamOptions, log: &mut dyn FnMut(&str)) -> Result<Plan> {
     let claim = o.dest.claim(run, "stream")?;
     let exp = &run.exp;
     let ctx = exp.model.ctx;
@@ -142,6 +165,24 @@ pub fn stream_eval(
             o.tokens
         ));
     }
+    Ok(Plan {
+        claim,
+        budget,
+        policies,
+        tokens,
+    })
+}
+
+/// Every policy's per-token NLL on the plan's text: the report, nothing written.
+pub fn compute(
+    run: &OpenRun,
+    o: &StreamOptions,
+    plan: &Plan,
+    log: &mut dyn FnMut(&str),
+) -> Result<StreamReport> {
+    let exp = &run.exp;
+    let ctx = exp.model.ctx;
+    let (budget, tokens) = (plan.budget, &plan.tokens);
     let n = tokens.len();
     let device = &run.device;
     let mut model = burn::module::Module::valid(&run.model);
@@ -167,7 +208,7 @@ pub fn stream_eval(
     let bar = crate::progress::Progress::new(
         ((dense_limit - 1)
             + prefix
-            + (n - 1 - prefix) * policies.len()
+            + (n - 1 - prefix) * plan.policies.len()
             + if o.recompute { n - 1 } else { 0 }) as u64,
         "stream-eval tokens scored",
     );
@@ -185,9 +226,10 @@ pub fn stream_eval(
     // Past the shared prefix the evicting caches, which all hold L tokens, decode together as
     // the rows of one cache: each token reads the weights once for all of them
     // (KvCache::fork_rows), its matrix products split over the cores.
-    let windowed: Vec<(String, usize, usize)> = policies
-        .into_iter()
-        .map(|(name, s, w)| (format!("{name} ({s}+{w})"), s, w))
+    let windowed: Vec<(String, usize, usize)> = plan
+        .policies
+        .iter()
+        .map(|(name, s, w)| (format!("{name} ({s}+{w})"), *s, *w))
         .collect();
     let rows_policies: Vec<CachePolicy> = windowed
         .iter()
@@ -219,7 +261,7 @@ pub fn stream_eval(
         ));
     }
     if o.recompute {
-        let nll = recompute_nll(&model, &tokens, budget, o.batch, device, &mut |k| {
+        let nll = recompute_nll(&model, tokens, budget, o.batch, device, &mut |k| {
             bar.inc(k as u64)
         })?;
         rows.push(StreamRow::new(
@@ -232,12 +274,32 @@ pub fn stream_eval(
         ));
     }
     bar.finish();
-    let dir = claim.dir.clone();
-    std::fs::create_dir_all(&dir)?;
-    // Perplexity against position (StreamingLLM's figure): exp of the mean NLL over buckets of
-    // positions.
+    Ok(StreamReport {
+        run_dir: run.run_dir.clone(),
+        checkpoint: run.checkpoint.clone(),
+        step: run.state.step,
+        tokens: n,
+        ctx,
+        budget,
+        sinks: o.sinks,
+        window: o.window,
+        model_sink_tokens: exp.model.sink_tokens,
+        slot: format!("{:?}", exp.model.attention.slot),
+        rows,
+        dir: plan.claim.dir.clone(),
+    })
+}
+
+/// Perplexity against position (StreamingLLM's figure: exp of the mean NLL over buckets of
+/// positions) as `stream_ppl.png`, the rows' perplexities to the run's TensorBoard when asked,
+/// and the report as `stream.json` (under the claimed name).
+pub fn render(run: &OpenRun, o: &StreamOptions, plan: &Plan, report: &StreamReport) -> Result<()> {
+    let (n, budget, ctx) = (report.tokens, report.budget, report.ctx);
+    let dir = &report.dir;
+    std::fs::create_dir_all(dir)?;
     let bucket = (n / 64).max(8);
-    let series: Vec<crate::plot::Series> = rows
+    let series: Vec<crate::plot::Series> = report
+        .rows
         .iter()
         .map(|r| crate::plot::Series {
             name: r.name.clone(),
@@ -282,7 +344,7 @@ pub fn stream_eval(
                 .replace('+', "plus")
         };
         let mut scalars = Vec::new();
-        for r in &rows {
+        for r in &report.rows {
             scalars.push((format!("stream/ppl/{}", tag(r)), r.ppl));
             if let Some(p) = r.ppl_past_ctx {
                 scalars.push((format!("stream/ppl_past_ctx/{}", tag(r)), p));
@@ -296,25 +358,11 @@ pub fn stream_eval(
         tb.add_png("stream/ppl_vs_position", step, w, h, png)?;
         tb.flush()?;
     }
-    let value = StreamReport {
-        run_dir: run.run_dir.clone(),
-        checkpoint: run.checkpoint.clone(),
-        step: run.state.step,
-        tokens: n,
-        ctx,
-        budget,
-        sinks: o.sinks,
-        window: o.window,
-        model_sink_tokens: exp.model.sink_tokens,
-        slot: format!("{:?}", exp.model.attention.slot),
-        rows,
-        dir: dir.clone(),
-    };
     crate::checkpoint::write_atomic(
-        &dir.join(claim.report()),
-        serde_json::to_string_pretty(&value)?.as_bytes(),
+        &dir.join(plan.claim.report()),
+        serde_json::to_string_pretty(report)?.as_bytes(),
     )?;
-    Ok(value)
+    Ok(())
 }
 
 /// The evicting cache policies (name, initial tokens kept, recent tokens kept) for a budget L:
