@@ -123,10 +123,12 @@ struct PathStack(Vec<Option<String>>);
 
 /// Fields that hold an axis module (an enum owning its variant's parameters): they and the
 /// variant name are left out of parameter names, so that checkpoints keep the flat names
-/// (`blocks.0.attn.k_star`, not `blocks.0.attn.slot.KeyValue.k_star`).
-const TRANSPARENT_FIELDS: [(&str, &str); 2] = [
+/// (`blocks.0.attn.k_star`, not `blocks.0.attn.slot.KeyValue.k_star`; `blocks.0.mlp.w_up`, not
+/// `blocks.0.mlp.up.Gated.w_up`).
+const TRANSPARENT_FIELDS: [(&str, &str); 3] = [
     ("Struct:Attention", "slot"),
     ("Struct:Attention", "shaping"),
+    ("Struct:Mlp", "up"),
 ];
 
 impl PathStack {

@@ -19,72 +19,139 @@ fn gelu_tanh(x: Tensor<3>) -> Tensor<3> {
 }
 
 /// Feed-forward network: `W_down(act(x W_up))`, or gated `W_down(act(x W_gate) ⊙ x W_up)`.
+/// The input side is an enum that owns exactly the projections its kind has (`up` is a
+/// transparent field, as `slot` is: the parameters keep their names `mlp.w_gate.*`,
+/// `mlp.w_up.*`).
 #[derive(Module, Debug)]
 pub struct Mlp {
-    /// Gated variants (SwiGLU, GeGLU, ReGLU) only.
-    pub w_gate: Option<Linear>,
-    pub w_up: Linear,
+    pub up: Up,
     pub w_down: Linear,
+}
+
+/// The input side of the FFN: one projection and an activation, or a gate and an up
+/// projection.
+#[derive(Module, Debug)]
+pub enum Up {
+    Plain(PlainUp),
+    Gated(GatedUp),
+}
+
+/// `act(x W_up)`.
+#[derive(Module, Debug)]
+pub struct PlainUp {
+    pub w_up: Linear,
     #[module(skip)]
-    pub kind: FfnConfig,
+    pub act: PlainAct,
+}
+
+/// `act(x W_gate) ⊙ x W_up`.
+#[derive(Module, Debug)]
+pub struct GatedUp {
+    pub w_gate: Linear,
+    pub w_up: Linear,
+    #[module(skip)]
+    pub act: GateAct,
+}
+
+/// The activation of an ungated FFN.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PlainAct {
+    Relu,
+    Gelu,
+    GeluTanh,
+    Silu,
+}
+
+/// The gated FFNs: the activation on the gate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GateAct {
+    Swiglu,
+    Geglu,
+    Reglu,
 }
 
 impl Mlp {
     /// None for `ffn = none`.
     pub(crate) fn new(cfg: &ModelConfig, init: &mut Init) -> Option<Self> {
-        if cfg.ffn == (FfnConfig::None {}) {
-            return None;
-        }
         let (d, f, b) = (cfg.d_model, cfg.d_ff, cfg.bias);
-        let gated = matches!(
-            cfg.ffn,
-            FfnConfig::Swiglu {} | FfnConfig::Geglu {} | FfnConfig::Reglu {}
-        );
-        let w_gate = gated.then(|| Linear::new(init, d, f, b));
-        let w_up = Linear::new(init, d, f, b);
+        // draws in the order W_gate, W_up, W_down (the checkpoints' and goldens' order)
+        let plain = |act, init: &mut Init| {
+            Up::Plain(PlainUp {
+                w_up: Linear::new(init, d, f, b),
+                act,
+            })
+        };
+        let gated = |act, init: &mut Init| {
+            let w_gate = Linear::new(init, d, f, b);
+            Up::Gated(GatedUp {
+                w_gate,
+                w_up: Linear::new(init, d, f, b),
+                act,
+            })
+        };
+        let up = match cfg.ffn {
+            FfnConfig::None {} => return None,
+            FfnConfig::Relu {} => plain(PlainAct::Relu, init),
+            FfnConfig::Gelu {} => plain(PlainAct::Gelu, init),
+            FfnConfig::GeluTanh {} => plain(PlainAct::GeluTanh, init),
+            FfnConfig::Silu {} => plain(PlainAct::Silu, init),
+            FfnConfig::Swiglu {} => gated(GateAct::Swiglu, init),
+            FfnConfig::Geglu {} => gated(GateAct::Geglu, init),
+            FfnConfig::Reglu {} => gated(GateAct::Reglu, init),
+        };
         // The same draws from the baseline stream, scaled to `w_down_init_std` if it is set.
         let std = init.std;
         init.std = cfg.w_down_init_std.unwrap_or(std);
         let w_down = Linear::new(init, f, d, b);
         init.std = std;
-        Some(Self {
-            w_gate,
-            w_up,
-            w_down,
-            kind: cfg.ffn,
-        })
+        Some(Self { up, w_down })
+    }
+
+    /// W_up, gated or not.
+    pub fn w_up(&self) -> &Linear {
+        match &self.up {
+            Up::Plain(p) => &p.w_up,
+            Up::Gated(g) => &g.w_up,
+        }
     }
 
     /// `x` (B, T, d) → (B, T, d), the products in the `c` dtype (mixed precision).
     pub fn forward(&self, x: Tensor<3>, c: Compute) -> Tensor<3> {
-        let up = |x: Tensor<3>| self.w_up.forward_in(x, c);
-        let gate = |x: Tensor<3>| self.w_gate.as_ref().expect("gated FFN").forward_in(x, c); // (B, T, f)
-        #[cfg(feature = "flex")]
-        if crate::kernels::on_device(&x.device()) {
-            use crate::kernels::ops::Act;
-            match self.kind {
-                FfnConfig::Swiglu {} => {
-                    let h = crate::kernels::glu(gate(x.clone()), up(x), Act::Silu);
-                    return self.w_down.forward_in(h, c);
+        let hidden = match &self.up {
+            Up::Plain(p) => {
+                let u = p.w_up.forward_in(x, c); // (B, T, f)
+                match p.act {
+                    PlainAct::Relu => relu(u),
+                    PlainAct::Gelu => gelu(u),
+                    PlainAct::GeluTanh => gelu_tanh(u),
+                    PlainAct::Silu => silu(u),
                 }
-                FfnConfig::Reglu {} => {
-                    let h = crate::kernels::glu(gate(x.clone()), up(x), Act::Relu);
-                    return self.w_down.forward_in(h, c);
-                }
-                _ => {}
             }
-        }
-        let hidden = match self.kind {
-            FfnConfig::Relu {} => relu(up(x)),
-            FfnConfig::Gelu {} => gelu(up(x)),
-            FfnConfig::GeluTanh {} => gelu_tanh(up(x)),
-            FfnConfig::Silu {} => silu(up(x)),
-            FfnConfig::Swiglu {} => silu(gate(x.clone())) * up(x),
-            FfnConfig::Geglu {} => gelu(gate(x.clone())) * up(x),
-            FfnConfig::Reglu {} => relu(gate(x.clone())) * up(x),
-            FfnConfig::None {} => unreachable!("no MLP is built for ffn = none"),
+            Up::Gated(g) => {
+                let gate = g.w_gate.forward_in(x.clone(), c); // (B, T, f)
+                let up = g.w_up.forward_in(x, c);
+                gated(gate, up, g.act)
+            }
         }; // (B, T, f)
         self.w_down.forward_in(hidden, c) // (B, T, d)
+    }
+}
+
+/// `act(gate) ⊙ up`, in the fused kernel where it runs (SwiGLU and ReGLU on the CPU).
+fn gated(gate: Tensor<3>, up: Tensor<3>, act: GateAct) -> Tensor<3> {
+    #[cfg(feature = "flex")]
+    if crate::kernels::on_device(&gate.device()) {
+        use crate::kernels::ops::Act;
+        match act {
+            GateAct::Swiglu => return crate::kernels::glu(gate, up, Act::Silu),
+            GateAct::Reglu => return crate::kernels::glu(gate, up, Act::Relu),
+            GateAct::Geglu => {}
+        }
+    }
+    match act {
+        GateAct::Swiglu => silu(gate) * up,
+        GateAct::Geglu => gelu(gate) * up,
+        GateAct::Reglu => relu(gate) * up,
     }
 }
 

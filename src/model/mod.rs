@@ -688,7 +688,7 @@ pub(crate) mod tests {
             {
                 assert!((0.25 * x - y).abs() <= 1e-6 * x.abs().max(1e-3), "{x} {y}");
             }
-            assert_eq!(host(ma.w_up.weight.val()), host(mb.w_up.weight.val()));
+            assert_eq!(host(ma.w_up().weight.val()), host(mb.w_up().weight.val()));
             assert_eq!(
                 host(ba.attn.wo.as_ref().unwrap().weight.val()),
                 host(bb.attn.wo.as_ref().unwrap().weight.val())
