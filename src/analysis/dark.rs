@@ -5,7 +5,7 @@
 
 use super::{Output, unembedding_and_embedding};
 use crate::dark::{self, Bands};
-use crate::eval::{RestartAt, eval_loss, hidden_inputs, summaries};
+use crate::eval::{ProbeSpec, RestartAt, eval_loss, hidden_inputs, summaries};
 use crate::metrics::{HEADLINE_EPS, Proxy, SinkReport};
 use crate::model::StreamFilter;
 use crate::plot::{self, Heatmap, LinePlot, Scale, Series};
@@ -272,11 +272,7 @@ pub fn compute(
     let eps = [HEADLINE_EPS];
     let unfiltered = summaries(
         model,
-        &probe,
-        chunk,
-        proxy,
-        &run.device,
-        None,
+        ProbeSpec::new(&probe, chunk, proxy, &run.device),
         None,
         &mut |_| {},
     );

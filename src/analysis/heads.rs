@@ -136,16 +136,11 @@ pub fn trigger_copies(
     let proxy = Proxy::for_normaliser(&exp.model.attention.normaliser);
     // [layer] ([trigger][head], [trigger] counts)
     let mut layers = Vec::new();
-    crate::eval::probe_each(
-        &run.model,
-        &batch,
-        exp.train.micro_batch.max(1),
-        proxy,
-        &run.device,
-        None,
-        false,
-        &mut |_, _, a| layers.push(trigger_copy_score(&a.attn, &groups, &offsets, first)),
-    );
+    let spec =
+        crate::eval::ProbeSpec::new(&batch, exp.train.micro_batch.max(1), proxy, &run.device);
+    crate::eval::probe_each(&run.model, spec, &mut |_, _, a| {
+        layers.push(trigger_copy_score(&a.attn, &groups, &offsets, first))
+    });
     let queries = layers.first().map(|l| l.1.clone()).unwrap_or_default();
     let scores: Vec<Vec<Vec<f64>>> = (0..offsets.len())
         .map(|i| layers.iter().map(|(s, _)| s[i].clone()).collect())

@@ -10,7 +10,7 @@ use super::probes::{batch_of, probe_batches, token_label, token_text};
 use super::{Output, unembedding_bands};
 use crate::dark::Bands;
 use crate::data::{Batch, Sampler};
-use crate::eval::probe_each;
+use crate::eval::{ProbeSpec, probe_each};
 use crate::metrics::{
     Array, HEADLINE_EPS, LayerArrays, LayerSummary, Proxy, SinkReport, eps_name, uniform_first_mass,
 };
@@ -270,21 +270,13 @@ fn probe_all_kinds(
         let is_natural = name == "natural";
         let mut summaries = Vec::new();
         let mut layers = NaturalLayers::default();
-        probe_each(
-            &run.model,
-            &batch,
-            chunk,
-            proxy,
-            &run.device,
-            None,
-            is_natural,
-            &mut |l, x, la| {
-                summaries.push(LayerSummary::of(&la, None));
-                if is_natural {
-                    layers.add((o, bands, &batch.inputs), l, &x, &la);
-                }
-            },
-        );
+        let spec = ProbeSpec::new(&batch, chunk, proxy, &run.device).with_queries(is_natural);
+        probe_each(&run.model, spec, &mut |l, x, la| {
+            summaries.push(LayerSummary::of(&la, None));
+            if is_natural {
+                layers.add((o, bands, &batch.inputs), l, &x, &la);
+            }
+        });
         let report = SinkReport::from_summaries(&summaries, &o.eps, k_max);
         by_kind.insert(name.to_string(), KindSummary::new(&report, metric));
         out.scalars(&format!("analyze/{name}"), &report.scalars())?;
@@ -551,12 +543,7 @@ fn bars_section(
     let mut block = Vec::new();
     probe_each(
         &run.model,
-        &one,
-        1,
-        proxy,
-        &run.device,
-        None,
-        false,
+        ProbeSpec::new(&one, 1, proxy, &run.device),
         &mut |l, _, la| {
             if l == bl {
                 block = la.attn.data[bh * t * t..(bh + 1) * t * t].to_vec();
@@ -650,12 +637,7 @@ fn maps_section(
     let mut blocks: BTreeMap<(usize, usize), Vec<f32>> = BTreeMap::new();
     probe_each(
         &run.model,
-        &map_batch,
-        1,
-        proxy,
-        &run.device,
-        None,
-        false,
+        ProbeSpec::new(&map_batch, 1, proxy, &run.device),
         &mut |l, _, la| {
             for &(ml, h) in &maps {
                 if ml == l {

@@ -3,7 +3,7 @@
 //! values and each head's z, reduced on the host by [`crate::heads`] before the next layer
 //! runs; and the OV copying score of every head from the weights alone.
 
-use super::{Record, probe_pass};
+use super::{ProbeSpec, Record, probe_pass};
 use crate::config::BlockConfig;
 use crate::data::Batch;
 use crate::heads::{LayerHeads, Measure, copy_score};
@@ -24,32 +24,26 @@ pub fn head_scores(
     done: &mut dyn FnMut(usize),
 ) -> Vec<LayerHeads> {
     let mut out = Vec::new();
-    let record = Record {
-        queries: false,
-        z: true,
-    };
-    probe_pass(
-        model,
-        probe,
-        chunk,
-        proxy,
-        device,
-        None,
-        record,
-        &mut |l, _, a, z| {
-            let z = z.expect("z is recorded");
-            let slot = a.slot_mass.as_ref();
-            out.push(LayerHeads::of(
-                &a.attn,
-                slot,
-                &a.values,
-                &z,
-                &probe.inputs,
-                measure,
-            ));
-            done(l);
+    let spec = ProbeSpec {
+        record: Record {
+            queries: false,
+            z: true,
         },
-    );
+        ..ProbeSpec::new(probe, chunk, proxy, device)
+    };
+    probe_pass(model, spec, &mut |l, _, a, z| {
+        let z = z.expect("z is recorded");
+        let slot = a.slot_mass.as_ref();
+        out.push(LayerHeads::of(
+            &a.attn,
+            slot,
+            &a.values,
+            &z,
+            &probe.inputs,
+            measure,
+        ));
+        done(l);
+    });
     out
 }
 

@@ -127,148 +127,121 @@ pub fn probe_metrics_with(
     let proxy = Proxy::for_normaliser(&exp.model.attention.normaliser);
     let groups = crate::data::query_groups(&exp.data, &probe.inputs);
     let groups = groups.as_ref().map(|(g, n)| (g.as_slice(), *n));
-    let layers = summaries(model, probe, chunk, proxy, device, None, groups, layer_done);
+    let spec = ProbeSpec::new(probe, chunk, proxy, device);
+    let layers = summaries(model, spec, groups, layer_done);
     SinkReport::from_summaries(&layers, &exp.metrics.eps, exp.metrics.k_max)
+}
+
+/// How a probe pass runs, the one argument of the probe chain ([`summaries`],
+/// [`probe_report`], [`probe_layers`], [`probe_each`]): the batch in chunks of `chunk`
+/// sequences on `device`, attention read through `proxy`, an optional residual-stream filter,
+/// and what it records beyond what the sink metrics read.
+#[derive(Clone, Copy)]
+pub struct ProbeSpec<'a> {
+    pub batch: &'a Batch,
+    pub chunk: usize,
+    pub proxy: Proxy,
+    pub device: &'a Device,
+    pub filter: Option<&'a model::StreamFilter>,
+    pub record: Record,
+}
+
+impl<'a> ProbeSpec<'a> {
+    /// No filter; the sink metrics' records only.
+    pub fn new(batch: &'a Batch, chunk: usize, proxy: Proxy, device: &'a Device) -> Self {
+        Self {
+            batch,
+            chunk,
+            proxy,
+            device,
+            filter: None,
+            record: Record::default(),
+        }
+    }
+
+    /// With the residual-stream filter `filter`.
+    pub fn filtered(self, filter: Option<&'a model::StreamFilter>) -> Self {
+        Self { filter, ..self }
+    }
+
+    /// Recording the queries too (`LayerArrays::queries`).
+    pub fn with_queries(self, queries: bool) -> Self {
+        Self {
+            record: Record {
+                queries,
+                ..self.record
+            },
+            ..self
+        }
+    }
 }
 
 /// Every layer's [`LayerSummary`] of a probe batch ([`probe_each`]), calling `layer_done(l)`
 /// once block `l` has been reduced.
-#[allow(clippy::too_many_arguments)]
 pub fn summaries(
     model: &Lm,
-    probe: &Batch,
-    chunk: usize,
-    proxy: Proxy,
-    device: &Device,
-    filter: Option<&model::StreamFilter>,
+    spec: ProbeSpec,
     groups: Option<(&[usize], usize)>,
     layer_done: &mut dyn FnMut(usize),
 ) -> Vec<LayerSummary> {
     let mut layers = Vec::new();
-    probe_each(
-        model,
-        probe,
-        chunk,
-        proxy,
-        device,
-        filter,
-        false,
-        &mut |l, _, la| {
-            layers.push(LayerSummary::of(&la, groups));
-            layer_done(l);
-        },
-    );
+    probe_each(model, spec, &mut |l, _, la| {
+        layers.push(LayerSummary::of(&la, groups));
+        layer_done(l);
+    });
     layers
 }
 
 /// The sink report of a probe batch, reduced layer by layer ([`probe_each`]): peak memory is
 /// one layer's probe tensors, not the model's.
-#[allow(clippy::too_many_arguments)]
 pub fn probe_report(
     model: &Lm,
-    probe: &Batch,
-    chunk: usize,
-    proxy: Proxy,
-    device: &Device,
-    filter: Option<&model::StreamFilter>,
+    spec: ProbeSpec,
     (eps, k_max): (&[f64], usize),
     groups: Option<(&[usize], usize)>,
 ) -> SinkReport {
-    let layers = summaries(
-        model,
-        probe,
-        chunk,
-        proxy,
-        device,
-        filter,
-        groups,
-        &mut |_| {},
-    );
+    let layers = summaries(model, spec, groups, &mut |_| {});
     SinkReport::from_summaries(&layers, eps, k_max)
 }
 
-/// Host copies of every layer's probe tensors for a batch (attention through `proxy`, split
-/// into real-token attention and slot mass), with an optional residual-stream filter; queries
-/// only when `queries` is set. Holds every layer at once: for small models and tests; the
-/// analysis commands stream with [`probe_each`].
-pub fn probe_layers(
-    model: &Lm,
-    probe: &Batch,
-    chunk: usize,
-    proxy: Proxy,
-    device: &Device,
-    filter: Option<&model::StreamFilter>,
-    queries: bool,
-) -> Vec<LayerArrays> {
+/// Host copies of every layer's probe tensors for a batch (attention through `spec.proxy`,
+/// split into real-token attention and slot mass). Holds every layer at once: for small models
+/// and tests; the analysis commands stream with [`probe_each`].
+pub fn probe_layers(model: &Lm, spec: ProbeSpec) -> Vec<LayerArrays> {
     let mut out = Vec::new();
-    probe_each(
-        model,
-        probe,
-        chunk,
-        proxy,
-        device,
-        filter,
-        queries,
-        &mut |_, _, la| out.push(la),
-    );
+    probe_each(model, spec, &mut |_, _, la| out.push(la));
     out
 }
 
 /// The probe pass one layer at a time: `f(l, input, arrays)` gets block `l`'s real-token input
 /// (B, T, d) and the host copies of its probe tensors for the whole batch (sequences in
-/// chunks of `chunk`), for l = 0, 1, … in order, before block `l + 1` runs
+/// chunks of `spec.chunk`), for l = 0, 1, … in order, before block `l + 1` runs
 /// ([`Lm::probe_by_layer`]). Slot mass is `None` unless the model has slots or sink tokens (or
 /// the normaliser has an implicit slot).
-#[allow(clippy::too_many_arguments)]
-pub fn probe_each(
-    model: &Lm,
-    probe: &Batch,
-    chunk: usize,
-    proxy: Proxy,
-    device: &Device,
-    filter: Option<&model::StreamFilter>,
-    queries: bool,
-    f: &mut dyn FnMut(usize, Array, LayerArrays),
-) {
-    let record = Record { queries, z: false };
-    probe_pass(
-        model,
-        probe,
-        chunk,
-        proxy,
-        device,
-        filter,
-        record,
-        &mut |l, x, a, _| f(l, x, a),
-    );
+pub fn probe_each(model: &Lm, spec: ProbeSpec, f: &mut dyn FnMut(usize, Array, LayerArrays)) {
+    probe_pass(model, spec, &mut |l, x, a, _| f(l, x, a));
 }
 
 /// What the probe pass records beyond what the sink metrics read.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Record {
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Record {
     pub queries: bool,
     /// Each head's mixed value z (B, H, T, d_h), the head scores' AHON.
     pub z: bool,
 }
 
-/// [`probe_each`] that also hands over z (B, H, T, d_h) when `record.z`.
-#[allow(clippy::too_many_arguments)]
+/// [`probe_each`] that also hands over z (B, H, T, d_h) when `spec.record.z`.
 pub(crate) fn probe_pass(
     model: &Lm,
-    probe: &Batch,
-    chunk: usize,
-    proxy: Proxy,
-    device: &Device,
-    filter: Option<&model::StreamFilter>,
-    record: Record,
+    spec: ProbeSpec,
     f: &mut dyn FnMut(usize, Array, LayerArrays, Option<Array>),
 ) {
     let model = model.valid();
-    let streams = probe_chunks(probe, chunk, device)
+    let streams = probe_chunks(spec.batch, spec.chunk, spec.device)
         .into_iter()
         .map(|x| model.embed(x))
         .collect();
-    probe_pass_from(&model, streams, 0, proxy, filter, record, f)
+    probe_pass_from(&model, streams, 0, spec.proxy, spec.filter, spec.record, f)
 }
 
 /// A probe batch's token ids in chunks of `chunk` sequences.

@@ -30,6 +30,8 @@ pub struct Mlp {
 
 /// The input side of the FFN: one projection and an activation, or a gate and an up
 /// projection.
+// One per block, built once: the gated variant's second Linear is not worth a Box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Module, Debug)]
 pub enum Up {
     Plain(PlainUp),

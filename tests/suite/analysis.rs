@@ -211,8 +211,8 @@ fn evaluations_restarted_at_the_filter_layer_equal_the_whole_walk() {
         let dev = &run.device;
         let eps = [HEADLINE_EPS];
         let proxy = Proxy::Weights;
-        let unfiltered =
-            sinklab::eval::summaries(&run.model, &probe, 4, proxy, dev, None, None, &mut |_| {});
+        let spec = sinklab::eval::ProbeSpec::new(&probe, 4, proxy, dev);
+        let unfiltered = sinklab::eval::summaries(&run.model, spec, None, &mut |_| {});
         for l in 0..=2 {
             let f = StreamFilter::from_column_map(&bands.phi(3), d, &[l], dev);
             let r =
@@ -225,16 +225,8 @@ fn evaluations_restarted_at_the_filter_layer_equal_the_whole_walk() {
             );
             let base = sinklab::eval::eval_loss(&run.model, &val, 4, dev);
             assert!((whole - base).abs() > 1e-3, "Φ_3 at {l} changes the loss");
-            let want = sinklab::eval::probe_report(
-                &run.model,
-                &probe,
-                4,
-                proxy,
-                dev,
-                Some(&f),
-                (&eps, 1),
-                None,
-            );
+            let want =
+                sinklab::eval::probe_report(&run.model, spec.filtered(Some(&f)), (&eps, 1), None);
             let got = r.probe_report(&run.model, proxy, Some(&f), (&eps, 1));
             let flat = |x: &Vec<Vec<f64>>| x.concat();
             close(

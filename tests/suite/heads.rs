@@ -151,7 +151,7 @@ fn the_trigger_copy_score_matches_numpy() {
 #[test]
 fn the_head_probe_and_the_sink_probe_give_the_same_alpha1() {
     use sinklab::data::repeat::repeat_probe;
-    use sinklab::eval::{heads::head_scores, probe_report};
+    use sinklab::eval::{ProbeSpec, heads::head_scores, probe_report};
     use sinklab::metrics::Proxy;
     use sinklab::tokenizer::RegularIds;
     let g = common::golden("zoo_golden.json");
@@ -172,7 +172,8 @@ fn the_head_probe_and_the_sink_probe_give_the_same_alpha1() {
             &dev,
             &mut |_| {},
         );
-        let report = probe_report(&m, &batch, 2, proxy, &dev, None, (&[0.3], 1), None);
+        let spec = ProbeSpec::new(&batch, 2, proxy, &dev);
+        let report = probe_report(&m, spec, (&[0.3], 1), None);
         let ours: Vec<Vec<f64>> = scores.iter().map(|l| l.alpha1.clone()).collect();
         assert_eq!(ours, report.importance_first, "{}", case["name"]);
         assert!(

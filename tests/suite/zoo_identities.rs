@@ -564,7 +564,7 @@ fn normalised_sigmoid_and_elu1_survive_huge_logits() {
 #[test]
 fn layer_by_layer_probes_and_chunked_losses_equal_the_whole_pass() {
     use sinklab::data::Batch;
-    use sinklab::eval::{batch_tensors, probe_layers, probe_report, to_array};
+    use sinklab::eval::{ProbeSpec, batch_tensors, probe_layers, probe_report, to_array};
     use sinklab::metrics::{Proxy, SinkReport, split_attention};
     let dev = common::device();
     let (b, t) = (5, 7);
@@ -585,7 +585,8 @@ fn layer_by_layer_probes_and_chunked_losses_equal_the_whole_pass() {
         let e = exp(model, attention);
         let m = build(&e, &dev);
         let proxy = Proxy::for_normaliser(&e.model.attention.normaliser);
-        let streamed = probe_layers(&m, &batch, 2, proxy, &dev, None, true);
+        let spec = ProbeSpec::new(&batch, 2, proxy, &dev);
+        let streamed = probe_layers(&m, spec.with_queries(true));
         let (x, y, lm) = batch_tensors(&batch, &dev);
         let (logits, whole) = m.forward_probe(x.clone());
         assert_eq!(streamed.len(), whole.len(), "{name}");
@@ -614,7 +615,7 @@ fn layer_by_layer_probes_and_chunked_losses_equal_the_whole_pass() {
             );
         }
         let eps = [0.1, 0.3];
-        let report = probe_report(&m, &batch, 2, proxy, &dev, None, (&eps, 3), None);
+        let report = probe_report(&m, spec, (&eps, 3), None);
         assert_eq!(report, SinkReport::compute(&streamed, &eps, 3), "{name}");
         let denom = batch.loss_mask.iter().sum::<f32>() as f64;
         let one = masked_nll(logits, y.clone(), lm.clone(), denom).into_scalar::<f32>() as f64;
