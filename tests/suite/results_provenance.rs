@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 /// Results folders that have no `produced.json` yet, with why (an entry whose folder now has
 /// one fails: remove it from this list).
-const NOT_REPRODUCED: [(&str, &str); 11] = [
+const NOT_REPRODUCED: [(&str, &str); 10] = [
     (
         "bench",
         "benchmark history: timings of their own machines, named in each row, not one recipe's output",
@@ -26,10 +26,6 @@ const NOT_REPRODUCED: [(&str, &str); 11] = [
     ("cpu_depth", CPU_SWEEP),
     ("cpu_lr", CPU_SWEEP),
     ("cpu_lr_wd0.5", CPU_SWEEP),
-    (
-        "skipless",
-        "its runs predate the reproduce recipes and no recipe is written for it yet",
-    ),
     ("smollm2_slot", NOT_YET),
     ("streaming", NOT_YET),
     (
