@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 /// Results folders that have no `produced.json` yet, with why (an entry whose folder now has
 /// one fails: remove it from this list).
-const NOT_REPRODUCED: [(&str, &str); 10] = [
+const NOT_REPRODUCED: [(&str, &str); 9] = [
     (
         "bench",
         "benchmark history: timings of their own machines, named in each row, not one recipe's output",
@@ -22,7 +22,6 @@ const NOT_REPRODUCED: [(&str, &str); 10] = [
         "a GPU measurement (scripts/gpu_checks.sh on a lent H100); no GPU here to re-run it",
     ),
     ("cpu_attention_ops", CPU_SWEEP),
-    ("cpu_data_fixed_token", CPU_SWEEP),
     ("cpu_depth", CPU_SWEEP),
     ("cpu_lr", CPU_SWEEP),
     ("cpu_lr_wd0.5", CPU_SWEEP),
