@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 /// Results folders that have no `produced.json` yet, with why (an entry whose folder now has
 /// one fails: remove it from this list).
-const NOT_REPRODUCED: [(&str, &str); 8] = [
+const NOT_REPRODUCED: [(&str, &str); 7] = [
     (
         "bench",
         "benchmark history: timings of their own machines, named in each row, not one recipe's output",
@@ -23,7 +23,6 @@ const NOT_REPRODUCED: [(&str, &str); 8] = [
     ),
     ("cpu_attention_ops", CPU_SWEEP),
     ("cpu_depth", CPU_SWEEP),
-    ("cpu_lr_wd0.5", CPU_SWEEP),
     ("smollm2_slot", NOT_YET),
     ("streaming", NOT_YET),
     (
