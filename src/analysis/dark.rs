@@ -11,7 +11,6 @@ use crate::model::StreamFilter;
 use crate::plot::{self, Heatmap, LinePlot, Scale, Series};
 use crate::run::OpenRun;
 use anyhow::{Result, bail};
-use burn::tensor::Tensor;
 use serde::Serialize;
 use std::path::PathBuf;
 
@@ -453,15 +452,7 @@ fn write_shares(
     bu: &Bands,
     d: usize,
 ) -> Vec<WriteShares> {
-    let host = |t: Tensor<2>| -> Vec<f64> {
-        t.into_data()
-            .convert::<f32>()
-            .try_into_vec::<f32>()
-            .expect("f32")
-            .into_iter()
-            .map(f64::from)
-            .collect()
-    };
+    let host = crate::eval::host_f64;
     let dh = cfg.d_head();
     let mut writes = Vec::new();
     for (l, block) in model.blocks.iter().enumerate() {

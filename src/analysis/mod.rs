@@ -42,7 +42,6 @@ use crate::run::OpenRun;
 use crate::rundir::RunDir;
 use crate::tensorboard::EventWriter;
 use anyhow::{Context, Result};
-use burn::tensor::Tensor;
 use std::path::PathBuf;
 
 /// Where an analysis writes (`--out`, `--tensorboard`, `--force` of every analysis command).
@@ -218,15 +217,7 @@ pub fn unembedding_and_embedding(
     model: &Lm,
     fold_gain: bool,
 ) -> (Vec<f64>, Vec<f64>, usize, usize) {
-    let host = |t: Tensor<2>| -> Vec<f64> {
-        t.into_data()
-            .convert::<f32>()
-            .try_into_vec::<f32>()
-            .expect("f32")
-            .into_iter()
-            .map(f64::from)
-            .collect()
-    };
+    let host = crate::eval::host_f64;
     let [v, d] = model.embed.dims();
     let e_t = host(model.embed.val().transpose()); // (d, V)
     let mut w_u = match &model.head {

@@ -3,7 +3,7 @@
 //! values and each head's z, reduced on the host by [`crate::heads`] before the next layer
 //! runs; and the OV copying score of every head from the weights alone.
 
-use super::{ProbeSpec, Record, probe_pass};
+use super::{ProbeSpec, Record, host_f64 as host, probe_pass};
 use crate::config::BlockConfig;
 use crate::data::Batch;
 use crate::heads::{LayerHeads, Measure, copy_score};
@@ -53,16 +53,6 @@ pub const OV_CIRCUIT: &str = "eigenvalues of W_O^h (diag(g_f) W_U E) diag(g_1) W
      the norm the attention reads (pre-norm and parallel blocks) folded in; the normalisation \
      scale, norm and projection biases, positions, gates and slots left out; an absent W_V or W_O \
      (SAS) is the identity";
-
-fn host(t: Tensor<2>) -> Vec<f64> {
-    t.into_data()
-        .convert::<f32>()
-        .try_into_vec::<f32>()
-        .expect("f32")
-        .into_iter()
-        .map(f64::from)
-        .collect()
-}
 
 /// The OV copying score `[layer][head]` of every head ([`OV_CIRCUIT`]).
 pub fn ov_copy_scores(model: &Lm) -> Result<Vec<Vec<f64>>> {

@@ -350,6 +350,17 @@ impl Stack {
     }
 }
 
+/// A weight matrix's values on the host as f64, row-major.
+pub fn host_f64(t: Tensor<2>) -> Vec<f64> {
+    t.into_data()
+        .convert::<f32>()
+        .try_into_vec::<f32>()
+        .expect("f32")
+        .into_iter()
+        .map(f64::from)
+        .collect()
+}
+
 /// A device tensor's host copy.
 pub fn to_array<const D: usize>(t: Tensor<D>) -> Array {
     let shape = t.dims().to_vec();

@@ -128,27 +128,20 @@ pub fn run_curves(run_dir: &Path, out: &Path) -> Result<String> {
         Tag::SinkRate { eps, k: 1 } => Some(format!("ε = {eps}")),
         _ => None,
     });
-    let only =
-        |s: Scalar, n: &'static str| move |t: &Tag| (*t == Tag::Run(s)).then(|| n.to_string());
-    let mut losses = series(&records, &only(Scalar::TrainLoss, "train"));
-    losses.extend(series(&records, &only(Scalar::ValLoss, "val")));
-    losses.extend(series(
-        &records,
-        &only(Scalar::ValLossUnchanged, "val_unchanged"),
-    ));
-    losses.extend(series(
-        &records,
-        &only(Scalar::BbLossBigram, "bigram (val)"),
-    ));
-    losses.extend(series(&records, &only(Scalar::BbLossCopy, "copy (val)")));
-    losses.extend(series(
-        &records,
-        &only(Scalar::RepeatLossFresh, "fresh (val)"),
-    ));
-    losses.extend(series(
-        &records,
-        &only(Scalar::RepeatLossRepeated, "repeated (val)"),
-    ));
+    let mut losses = Vec::new();
+    for (s, name) in [
+        (Scalar::TrainLoss, "train"),
+        (Scalar::ValLoss, "val"),
+        (Scalar::ValLossUnchanged, "val_unchanged"),
+        (Scalar::BbLossBigram, "bigram (val)"),
+        (Scalar::BbLossCopy, "copy (val)"),
+        (Scalar::RepeatLossFresh, "fresh (val)"),
+        (Scalar::RepeatLossRepeated, "repeated (val)"),
+    ] {
+        losses.extend(series(&records, &|t| {
+            (*t == Tag::Run(s)).then(|| name.to_string())
+        }));
+    }
     let mut drain = series(&records, &|t| match t {
         Tag::Head(HeadMetric::ValueDrain, l, h) => Some(format!("drain L{l:02} H{h:02}")),
         _ => None,
